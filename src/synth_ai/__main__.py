@@ -1,0 +1,3 @@
+from synth_ai.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""The Typer application: the root options and the list of command modules.
+
+Command modules import only typer and the standard library at module level; everything heavier (pydantic,
+httpx, fastapi, torch) is imported inside the command body, so `synth-ai --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from synth_ai import COMPATIBLE_WITH, __version__
+from synth_ai.cli.output import Output
+
+# Each module defines `register(app)`. Add a line here to add a command.
+COMMAND_MODULES: tuple[str, ...] = (
+    "synth_ai.cli.models_cmd",
+)
+
+HELP = (
+    "Train LLM agents with SFT and RL (GSPO) on Qwen3 and Qwen3-VL. "
+    f"Interface-compatible with synth-ai {COMPATIBLE_WITH}; runs against an embedded backend by default."
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"synth-ai, version {__version__}")
+        raise typer.Exit()
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="synth-ai",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.callback()
+    def root(
+        ctx: typer.Context,
+        json_output: bool = typer.Option(
+            False, "--json", help="Print exactly one JSON document on stdout (errors included)."
+        ),
+        version: bool = typer.Option(
+            False, "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."
+        ),
+    ) -> None:
+        output = ctx.obj if isinstance(ctx.obj, Output) else Output()
+        if json_output:
+            output.json_mode = True
+        ctx.obj = output
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(app)
+    return app
+
+
+def build_command():
+    """The click command behind the app (what `main` runs and what the docs generator walks)."""
+    return typer.main.get_command(build_app())
+
+
+def json_option() -> bool:
+    """The per-command `--json` flag (same effect as the global one)."""
+    return typer.Option(False, "--json", help="Print exactly one JSON document on stdout.")
+
+
+def output_of(ctx: typer.Context, json_flag: bool = False) -> Output:
+    """The output sink for this invocation (created by the root callback)."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, Output):
+        root.obj = Output()
+    if json_flag:
+        root.obj.json_mode = True
+    return root.obj

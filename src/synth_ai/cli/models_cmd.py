@@ -1,0 +1,68 @@
+"""`synth-ai models list|get`: the model registry."""
+
+from __future__ import annotations
+
+import typer
+
+from synth_ai.cli.app import json_option, output_of
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Models you can train and serve: ids, modalities, training modes.", no_args_is_help=True)
+
+    @group.command("list")
+    def list_models(
+        ctx: typer.Context,
+        mode: str = typer.Option(None, "--mode", help="Only models trainable this way: sft or rl."),
+        family: str = typer.Option(None, "--family", help="Only this family, e.g. Qwen3-VL."),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """List the registry's models."""
+        from synth_ai.errors import InvalidInputError
+        from synth_ai.models.registry import all_models, experimental_ids
+
+        out = output_of(ctx, json_flag)
+        if mode is not None and mode not in {"sft", "rl"}:
+            raise InvalidInputError(f"--mode must be 'sft' or 'rl', not {mode!r}.")
+        experimental = experimental_ids()
+        models = [
+            m for m in all_models()
+            if (mode is None or mode in m.training_modes)
+            and (family is None or m.family.lower() == family.lower())
+        ]
+        docs = [m.to_dict(experimental=m.id in experimental) for m in models]
+
+        def human(o) -> None:
+            o.table(
+                ["model_id", "family", "provider", "lifecycle", "modalities", "training_modes", "thinking"],
+                [[d["id"], d["family"], d["provider"], "experimental" if d["experimental"] else d["lifecycle"],
+                  "+".join(d["modalities"]), ",".join(d["training_modes"]), "yes" if d["supports_thinking"] else ""]
+                 for d in docs],
+            )
+
+        out.result({"models": docs}, human)
+
+    @group.command("get")
+    def get_model(
+        ctx: typer.Context,
+        model_id: str = typer.Argument(..., help="Model id (case-insensitive; ft:/rl: ids resolve to their base)."),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Show one model's metadata."""
+        from synth_ai.models.registry import experimental_ids, resolve_model
+
+        out = output_of(ctx, json_flag)
+        resolved = resolve_model(model_id)
+        doc = resolved.base.to_dict(experimental=resolved.base.id in experimental_ids())
+        if resolved.is_fine_tuned:
+            doc = {"id": resolved.canonical, "fine_tuned": True, "prefix": resolved.prefix, "base_model": doc}
+
+        def human(o) -> None:
+            info = doc.get("base_model", doc)
+            if resolved.is_fine_tuned:
+                o.info(f"{resolved.canonical} (fine-tuned from {info['id']})")
+            o.table(["field", "value"], [[k, v] for k, v in info.items()])
+
+        out.result(doc, human)
+
+    app.add_typer(group, name="models")

@@ -1,0 +1,1 @@
+"""Environment: .env files, secrets and masking, backend URL resolution."""

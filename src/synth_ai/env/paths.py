@@ -1,0 +1,23 @@
+"""Where synth-ai keeps its data: `~/.synth-ai/`, or `$SYNTH_AI_HOME` when set."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir(create: bool = True) -> Path:
+    """The data directory (backend DB, uploaded files, checkpoints, logs, credentials), mode 0700."""
+    raw = os.environ.get("SYNTH_AI_HOME", "").strip()
+    path = Path(raw).expanduser() if raw else Path.home() / ".synth-ai"
+    if create and not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+    return path
+
+
+def data_path(*parts: str, create_parent: bool = True) -> Path:
+    path = data_dir(create=create_parent).joinpath(*parts)
+    if create_parent:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
