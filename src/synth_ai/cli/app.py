@@ -15,6 +15,8 @@ from synth_ai.cli.output import Output
 
 # Each module defines `register(app)`. Add a line here to add a command.
 COMMAND_MODULES: tuple[str, ...] = (
+    "synth_ai.cli.train",
+    "synth_ai.cli.config_cmd",
     "synth_ai.cli.models_cmd",
 )
 

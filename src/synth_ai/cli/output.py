@@ -72,9 +72,12 @@ class Output:
         else:
             self.out.print(redact(json.dumps(data, indent=2, default=str)), markup=False, highlight=False)
 
-    def json_block(self, data: Any) -> None:
-        """Pretty JSON inside human output (payload previews)."""
-        self.out.print(redact(json.dumps(data, indent=2, default=str)), markup=False, highlight=False)
+    def json_block(self, data: Any, *, indent: int = 0) -> None:
+        """Pretty JSON inside human output (payload previews), optionally indented under a heading."""
+        text = json.dumps(data, indent=2, default=str)
+        if indent:
+            text = "\n".join(" " * indent + line for line in text.splitlines())
+        self.out.print(redact(text), markup=False, highlight=False)
 
     def table(self, columns: list[str], rows: list[list[Any]], *, title: str | None = None) -> None:
         from rich.table import Table

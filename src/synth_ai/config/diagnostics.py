@@ -1,0 +1,156 @@
+"""Turning validation failures into located, actionable issues, and collecting them.
+
+Three sources of issues feed one `Findings` list per file: pydantic's type errors (all of them, not only the
+first), cross-field rules written in each schema module, and unknown keys that look like typos of known ones.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from synth_ai.config.toml_source import TomlSource, format_key_path
+from synth_ai.errors import ConfigError, ConfigIssue
+
+KeyPath = tuple[str | int, ...]
+
+_TYPE_WORDS = {
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected a whole number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "string_type": "expected a string",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "list_type": "expected a list (TOML array)",
+    "dict_type": "expected a table",
+    "model_type": "expected a table",
+    "model_attributes_type": "expected a table",
+}
+
+
+@dataclass
+class Findings:
+    """Issues gathered for one config file."""
+
+    source: TomlSource
+    issues: list[ConfigIssue] = field(default_factory=list)
+
+    def error(self, path: KeyPath, message: str, *, fix: str | None = None, found: Any = None,
+              has_found: bool = False) -> None:
+        self.issues.append(self.source.issue(path, message, fix=fix, found=found, has_found=has_found))
+
+    def error_found(self, path: KeyPath, message: str, found: Any, *, fix: str | None = None) -> None:
+        self.error(path, message, fix=fix, found=found, has_found=True)
+
+    def warn(self, path: KeyPath, message: str, *, fix: str | None = None) -> None:
+        self.issues.append(self.source.issue(path, message, fix=fix, severity="warning"))
+
+    def note(self, path: KeyPath, message: str) -> None:
+        self.issues.append(self.source.issue(path, message, severity="note"))
+
+    @property
+    def errors(self) -> list[ConfigIssue]:
+        return [i for i in self.issues if i.severity == "error"]
+
+    @property
+    def warnings(self) -> list[ConfigIssue]:
+        return [i for i in self.issues if i.severity == "warning"]
+
+    @property
+    def notes(self) -> list[ConfigIssue]:
+        return [i for i in self.issues if i.severity == "note"]
+
+    def raise_if_errors(self, hint: str | None = None) -> None:
+        if self.errors:
+            raise ConfigError(self.issues, file=self.source.display,
+                              hint=hint or "Fix the keys listed above; `synth-ai config schema <kind>` shows every "
+                              "key and its type.")
+
+
+def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPath = ()) -> None:
+    """Record every pydantic error as an issue at its TOML key path."""
+    for err in exc.errors(include_url=False):
+        path: KeyPath = root + tuple(err["loc"])
+        kind = err["type"]
+        if kind == "missing":
+            leaf = path[-1] if path else "value"
+            table = format_key_path(path[:-1]) if len(path) > 1 else "the top level"
+            findings.error(path, "required key is missing",
+                           fix=f"add `{leaf} = ...` under {table}")
+            continue
+        message = _TYPE_WORDS.get(kind) or err["msg"]
+        if kind == "literal_error":
+            message = "expected " + err["msg"].removeprefix("Input should be ")
+        findings.error_found(path, message, err.get("input"), fix=_fix_for(kind, path))
+
+
+def _fix_for(kind: str, path: KeyPath) -> str | None:
+    key = format_key_path(path)
+    if kind in {"dict_type", "model_type", "model_attributes_type"}:
+        return f"write {key} as a table ([{'.'.join(str(p) for p in path)}] with keys under it)"
+    if kind == "list_type":
+        return f"write {key} as an array, e.g. [\"a\", \"b\"]"
+    return None
+
+
+def validate_section(findings: Findings, model: type[BaseModel], data: Any, root: KeyPath = ()) -> BaseModel | None:
+    """Validate `data` with `model`, recording errors; also warn about keys that look like typos."""
+    if isinstance(data, dict):
+        warn_unknown_keys(findings, model, data, root)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        add_validation_errors(findings, exc, root)
+        return None
+
+
+def warn_unknown_keys(findings: Findings, model: type[BaseModel], data: dict[str, Any], root: KeyPath) -> None:
+    known = _field_names(model)
+    for key, value in data.items():
+        if key in known:
+            nested = _nested_model(model, key)
+            if nested is not None and isinstance(value, dict):
+                warn_unknown_keys(findings, nested, value, root + (key,))
+            elif nested is not None and isinstance(value, list):
+                for index, item in enumerate(value):
+                    if isinstance(item, dict):
+                        warn_unknown_keys(findings, nested, item, root + (key, index))
+            continue
+        guess = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
+        if guess:
+            findings.warn(root + (key,), f"unknown key (forwarded as-is); did you mean `{guess[0]}`?",
+                          fix=f"rename `{key}` to `{guess[0]}` if that is what you meant")
+
+
+def _field_names(model: type[BaseModel]) -> set[str]:
+    names = set()
+    for name, info in model.model_fields.items():
+        names.add(info.alias or name)
+        names.add(name)
+    return names
+
+
+def _nested_model(model: type[BaseModel], key: str) -> type[BaseModel] | None:
+    for name, info in model.model_fields.items():
+        if key in {name, info.alias}:
+            return _model_in(info.annotation)
+    return None
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,104 @@
+"""Eval config (`synth-ai eval --config`): the `[eval]` table (or the whole file) of synth-ai 0.2.17."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from synth_ai.config import model_rules
+from synth_ai.config.common import PolicyRuntimeSection, ResolveContext, ThinkingMode
+from synth_ai.config.diagnostics import Findings, KeyPath, validate_section
+from synth_ai.config.fields import (
+    SECTION,
+    FiniteFloat,
+    NonEmptyStr,
+    PositiveInt,
+    Seeds,
+    StringList,
+)
+from synth_ai.config.loaded import LoadedConfig
+from synth_ai.config.toml_source import TomlSource
+from synth_ai.models.registry import find_model, resolve_model
+
+
+class EvalConfig(BaseModel):
+    model_config = SECTION
+    app_id: NonEmptyStr
+    model: NonEmptyStr
+    seeds: Seeds
+    concurrency: PositiveInt = 1
+    max_llm_calls: PositiveInt = 10
+    max_turns: PositiveInt | None = None
+    trace_format: Literal["compact", "full", "structured"] = "structured"
+    task_app_url: str | None = None
+    split: str | None = None
+    env_name: str | None = None
+    policy_name: str | None = None
+    return_trace: bool | None = None
+    ops: StringList | None = None
+    env_config: dict[str, Any] | None = None
+    policy_config: PolicyRuntimeSection | None = None
+    metadata: dict[str, Any] | None = None
+    metadata_sql: str | None = None
+    env_file: str | None = None
+    policy: PolicyRuntimeSection | None = None
+    temperature: FiniteFloat | None = None
+    max_tokens: PositiveInt | None = None
+    reasoning_effort: str | None = None
+    system_hint: str | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    inference_url: str | None = None
+    thinking_mode: ThinkingMode | None = None
+    thinking_budget: PositiveInt | None = None
+    use_vision: bool | None = None
+    image_only_mode: bool | None = None
+    judge: dict[str, Any] | None = None
+    judges: list[dict[str, Any]] | None = None
+
+
+def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
+    findings = Findings(source)
+    data = source.data
+    root: KeyPath = ("eval",) if isinstance(data.get("eval"), dict) else ()
+    cfg = data["eval"] if root else data
+    if ctx.model:
+        cfg = {**cfg, "model": ctx.model}
+    validated = validate_section(findings, EvalConfig, cfg, root)
+    _check_judges(findings, cfg, root)
+    info = None
+    model = cfg.get("model")
+    if isinstance(model, str) and model.strip():
+        info = find_model(model)
+        if info is None and ":" in model:
+            try:
+                info = resolve_model(model).base
+            except Exception:  # eval may target any OpenAI-compatible model: unknown ids are fine here
+                info = None
+    model_rules.check_eval(findings, info, root, cfg)
+    findings.raise_if_errors()
+    assert validated is not None
+    resolved = validated.model_dump(mode="json", exclude_none=True)
+    if info is not None:
+        resolved["model"] = resolve_model(str(cfg["model"])).canonical
+    return LoadedConfig(kind="eval", source=source, resolved=resolved, issues=findings.issues)
+
+
+def _check_judges(findings: Findings, cfg: dict[str, Any], root: KeyPath) -> None:
+    judges: list[tuple[KeyPath, Any]] = []
+    judge = cfg.get("judge")
+    if isinstance(judge, dict):
+        if "module" in judge or "path" in judge:
+            judges.append((root + ("judge",), judge))
+        else:  # nested tables, one per judge
+            judges.extend((root + ("judge", name), spec) for name, spec in judge.items() if isinstance(spec, dict))
+    if isinstance(cfg.get("judges"), list):
+        judges.extend((root + ("judges", i), spec) for i, spec in enumerate(cfg["judges"]))
+    for path, spec in judges:
+        if not isinstance(spec, dict):
+            findings.error_found(path, "expected a table describing a judge", spec)
+            continue
+        has_module, has_path = "module" in spec, "path" in spec
+        if has_module == has_path:
+            findings.error(path, "a judge needs exactly one of `module` or `path`",
+                           fix='set module = "my_pkg.judges" or path = "judges/score.py"')

@@ -1,0 +1,26 @@
+"""JSON Schemas of the config kinds, generated from the pydantic models (so they cannot drift)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def config_schema(kind: str) -> dict[str, Any]:
+    from synth_ai.config.eval import EvalConfig
+    from synth_ai.config.filter import FilterConfig
+    from synth_ai.config.rl import RLConfig
+    from synth_ai.config.sft import SFTConfig
+
+    if kind == "filter":
+        schema = {"title": "FilterConfigFile", "type": "object", "required": ["filter"],
+                  "properties": {"filter": {"$ref": "#/$defs/FilterConfig"}}, "additionalProperties": True}
+        inner = FilterConfig.model_json_schema(ref_template="#/$defs/{model}")
+        defs = inner.pop("$defs", {})
+        defs["FilterConfig"] = inner
+        schema["$defs"] = defs
+        return schema
+    model = {"rl": RLConfig, "sft": SFTConfig, "eval": EvalConfig}[kind]
+    schema = model.model_json_schema(by_alias=True)
+    if kind == "eval":
+        schema["description"] = "Keys of the [eval] table (or of the whole file when it has no [eval] table)."
+    return schema

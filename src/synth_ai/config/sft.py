@@ -1,0 +1,298 @@
+"""SFT config: the schema of synth-ai 0.2.17's `SFTConfig` with its hyperparameter rules, and the resolved form
+the payload builder turns into `POST /learning/jobs`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from synth_ai.config import model_rules
+from synth_ai.config.common import (
+    RL_ALGORITHMS,
+    SFT_ALGORITHMS,
+    AlgorithmSection,
+    ComputeSection,
+    LoraSection,
+    PolicySection,
+    ResolveContext,
+    algorithm_combo,
+    algorithm_label,
+    describe_combos,
+    table,
+)
+from synth_ai.config.diagnostics import Findings, validate_section
+from synth_ai.config.fields import (
+    SECTION,
+    NonEmptyStr,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Ratio,
+    StringList,
+)
+from synth_ai.config.loaded import LoadedConfig
+from synth_ai.config.toml_source import TomlSource, display_path
+from synth_ai.errors import InvalidInputError
+from synth_ai.models.registry import check_trainable, experimental_allowed, resolve_model
+
+STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")
+LORA_MODES = {"lora", "peft", "qlora"}
+
+
+class JobSection(BaseModel):
+    model_config = SECTION
+    model: NonEmptyStr | None = None
+    data: str | None = None
+    data_path: str | None = None
+    poll_seconds: PositiveFloat | None = None
+
+
+class DataSection(BaseModel):
+    model_config = SECTION
+    topology: dict[str, Any] | None = None
+    validation_path: str | None = None
+
+
+class ValidationSection(BaseModel):
+    model_config = SECTION
+    enabled: bool | None = None
+    evaluation_strategy: str | None = None
+    eval_steps: NonNegativeInt | None = None
+    save_best_model_at_end: bool | None = None
+    metric_for_best_model: str | None = None
+    greater_is_better: bool | None = None
+
+
+class SFTTrainingSection(BaseModel):
+    model_config = SECTION
+    mode: str | None = None
+    use_qlora: bool | None = None
+    validation: ValidationSection | None = None
+    lora: LoraSection | None = None
+
+
+class ParallelismSection(BaseModel):
+    model_config = SECTION
+    use_deepspeed: bool | None = None
+    deepspeed_stage: NonNegativeInt | None = None
+    fsdp: bool | None = None
+    bf16: bool | None = None
+    fp16: bool | None = None
+    activation_checkpointing: bool | None = None
+    tensor_parallel_size: PositiveInt | None = None
+    pipeline_parallel_size: PositiveInt | None = None
+
+
+class HyperparametersSection(BaseModel):
+    model_config = SECTION
+    n_epochs: PositiveInt | None = None
+    total_steps: PositiveInt | None = None
+    train_steps: PositiveInt | None = None
+    steps: PositiveInt | None = None
+    batch_size: PositiveInt | None = None
+    global_batch: PositiveInt | None = None
+    per_device_batch: PositiveInt | None = None
+    per_device_eval_batch: PositiveInt | None = None
+    gradient_accumulation_steps: PositiveInt | None = None
+    sequence_length: PositiveInt | None = None
+    learning_rate: PositiveFloat | None = None
+    warmup_ratio: Ratio | None = None
+    weight_decay: NonNegativeFloat | None = None
+    train_kind: str | None = None
+    lora_rank: PositiveInt | None = None
+    lora_alpha: PositiveFloat | None = None
+    lora_dropout: Ratio | None = None
+    lora_target_modules: StringList | None = None
+    parallelism: ParallelismSection | None = None
+
+
+class ModelConfigSection(BaseModel):
+    model_config = SECTION
+    supports_vision: bool | None = None
+    max_images_per_message: PositiveInt | None = None
+    vision_processor_id: str | None = None
+    max_model_len: PositiveInt | None = None
+
+
+class SFTConfig(BaseModel):
+    """An SFT training config (`synth-ai train --type sft`)."""
+
+    model_config = SECTION
+    algorithm: AlgorithmSection | None = None
+    job: JobSection
+    compute: ComputeSection | None = None
+    data: DataSection | None = None
+    training: SFTTrainingSection | None = None
+    hyperparameters: HyperparametersSection | None = None
+    # `model_config` is pydantic's own attribute name, so the [model_config] table is reached through an alias.
+    model_config_: ModelConfigSection | None = Field(default=None, alias="model_config")
+    policy: PolicySection | None = None
+    lora: LoraSection | None = None
+    tags: dict[str, Any] | None = None
+
+
+def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
+    findings = Findings(source)
+    data = source.data
+    if "job" not in data and isinstance(data.get("model"), str):
+        data = {**data, "job": {"model": data["model"]}}  # a top-level `model = "..."` string is accepted
+    validated = validate_section(findings, SFTConfig, data)
+    _check_algorithm(findings, data)
+    model_id = ctx.model or table(data, "job").get("model")
+    if not (isinstance(model_id, str) and model_id.strip()):
+        findings.error(("job", "model"), "no model to fine-tune",
+                       fix='set [job] model = "Qwen/Qwen3-4B" (a supported base model) or pass --model')
+        model_id = None
+    resolved_model = None
+    if model_id:
+        try:
+            resolved_model = resolve_model(model_id, allow_fine_tuned=False)
+            check_trainable(resolved_model, "sft",
+                            allow_experimental=experimental_allowed(ctx.allow_experimental, ctx.environ),
+                            environ=ctx.environ)
+        except InvalidInputError as exc:
+            findings.error_found(("job", "model"), exc.message, model_id, fix=exc.hint)
+            resolved_model = None
+    _check_modes(findings, data)
+    _check_parallelism(findings, data)
+    dataset = _resolve_dataset(findings, data, ctx, source)
+    validation = _resolve_validation(findings, data, source)
+    findings.raise_if_errors()
+    assert validated is not None
+
+    resolved = validated.model_dump(mode="json", exclude_none=True, by_alias=True)
+    hyper = resolved.setdefault("hyperparameters", {})
+    if not any(k in hyper for k in STEP_KEYS):
+        hyper["n_epochs"] = 1
+        findings.note(("hyperparameters", "n_epochs"), "not set; training runs 1 epoch")
+    elif "n_epochs" in hyper and any(k in hyper for k in STEP_KEYS[1:]):
+        findings.warn(("hyperparameters",), "both n_epochs and a step count are set; the step count wins",
+                      fix="keep only one of n_epochs / total_steps")
+    if resolved_model is not None:
+        resolved.setdefault("job", {})["model"] = resolved_model.canonical
+        model_rules.resolve_sft(findings, resolved_model.base, resolved, uses_lora(resolved))
+    _check_global_batch(findings, resolved)
+    findings.raise_if_errors()
+    return LoadedConfig(kind="sft", source=source, resolved=resolved, issues=findings.issues, model=resolved_model,
+                        dataset=dataset, validation_dataset=validation)
+
+
+def uses_lora(config: dict[str, Any]) -> bool:
+    variety = str(table(config, "algorithm").get("variety", "")).lower()
+    mode = str(table(config, "training").get("mode", "")).lower()
+    kind = str(table(config, "hyperparameters").get("train_kind", "")).lower()
+    return variety == "lora" or mode in LORA_MODES or kind in LORA_MODES or table(config, "training").get("use_qlora") is True
+
+
+def _check_algorithm(findings: Findings, data: dict[str, Any]) -> None:
+    algorithm = data.get("algorithm")
+    if algorithm is None:
+        findings.error(("algorithm",), "missing required [algorithm] section",
+                       fix="add [algorithm] with type = \"offline\", method = \"sft\", variety = \"fft\" (or \"lora\")")
+        return
+    if not isinstance(algorithm, dict):
+        return
+    combo = algorithm_combo(algorithm)
+    if combo in SFT_ALGORITHMS:
+        return
+    if combo in RL_ALGORITHMS:
+        findings.error(("algorithm",), f"config contains algorithm '{algorithm_label(algorithm)}', but this command "
+                       "expects SFT", fix="use `--type rl` for RL configs")
+        return
+    findings.error_found(("algorithm",), "unsupported algorithm configuration", algorithm_label(algorithm),
+                         fix="use " + describe_combos(SFT_ALGORITHMS))
+
+
+def _check_modes(findings: Findings, data: dict[str, Any]) -> None:
+    """The algorithm's variety and [training].mode must not contradict each other."""
+    variety = str(table(data, "algorithm").get("variety", "")).lower()
+    mode = table(data, "training").get("mode")
+    if not isinstance(mode, str):
+        return
+    lora_mode = mode.lower() in LORA_MODES
+    if variety == "fft" and lora_mode:
+        findings.error_found(("training", "mode"), "LoRA mode with a full fine-tune algorithm (variety = \"fft\")",
+                             mode, fix='set [algorithm].variety = "lora", or [training].mode = "full_finetune"')
+    elif variety == "lora" and mode.lower() in {"full", "full_finetune", "fft"}:
+        findings.error_found(("training", "mode"), "full fine-tune mode with a LoRA algorithm (variety = \"lora\")",
+                             mode, fix='set [training].mode = "lora", or [algorithm].variety = "fft"')
+
+
+def _check_parallelism(findings: Findings, data: dict[str, Any]) -> None:
+    parallelism = table(table(data, "hyperparameters"), "parallelism")
+    if parallelism.get("bf16") is True and parallelism.get("fp16") is True:
+        findings.error(("hyperparameters", "parallelism", "fp16"), "bf16 and fp16 cannot both be on",
+                       fix="keep one of them")
+    stage = parallelism.get("deepspeed_stage")
+    if isinstance(stage, int) and not isinstance(stage, bool) and stage > 3:
+        findings.error_found(("hyperparameters", "parallelism", "deepspeed_stage"), "expected 0, 1, 2 or 3", stage)
+    compute = table(data, "compute")
+    count, nodes = compute.get("gpu_count"), compute.get("nodes", 1)
+    tp, pp = parallelism.get("tensor_parallel_size", 1), parallelism.get("pipeline_parallel_size", 1)
+    numbers = (count, nodes, tp, pp)
+    if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in numbers) and tp * pp > count * nodes:
+        findings.error_found(("hyperparameters", "parallelism", "tensor_parallel_size"),
+                             f"tensor x pipeline parallelism needs {tp * pp} GPUs but [compute] provides "
+                             f"{count * nodes}", tp, fix="lower the parallel degrees or raise [compute].gpu_count")
+
+
+def _check_global_batch(findings: Findings, resolved: dict[str, Any]) -> None:
+    hyper = resolved.get("hyperparameters", {})
+    compute = resolved.get("compute", {})
+    global_batch = hyper.get("global_batch")
+    per_device, accumulation = hyper.get("per_device_batch"), hyper.get("gradient_accumulation_steps", 1)
+    if isinstance(global_batch, int) and isinstance(per_device, int) and isinstance(accumulation, int):
+        devices = compute.get("gpu_count", 1) * compute.get("nodes", 1) if compute else 1
+        implied = per_device * accumulation * devices
+        if implied != global_batch:
+            findings.warn(("hyperparameters", "global_batch"),
+                          f"per_device_batch x gradient_accumulation_steps x GPUs = {implied}, not {global_batch}",
+                          fix="make global_batch match, or drop it and let it follow from the other three")
+
+
+def _resolve_path(raw: str, source: TomlSource) -> Path:
+    """Relative paths resolve against the working directory (as synth-ai 0.2.17 did), then the config's folder."""
+    path = Path(raw).expanduser()
+    if path.is_absolute() or path.exists():
+        return path.resolve()
+    beside_config = (source.path.parent / path).resolve()
+    return beside_config if beside_config.exists() else path.resolve()
+
+
+def _resolve_dataset(findings: Findings, data: dict[str, Any], ctx: ResolveContext, source: TomlSource) -> Path | None:
+    job = table(data, "job")
+    raw, key = (ctx.dataset, None) if ctx.dataset else next(
+        ((job[k], k) for k in ("data", "data_path") if isinstance(job.get(k), str) and job[k].strip()), (None, None))
+    if raw is None:
+        if ctx.require_dataset:
+            findings.error(("job", "data"), "no training dataset",
+                           fix='pass --dataset PATH.jsonl or set [job] data = "path/to/train.jsonl"')
+        return None
+    path = _resolve_path(raw, source)
+    if not path.is_file():
+        where = ("job", key) if key else ("job", "data")
+        message = f"dataset not found: {display_path(path)}"
+        fix = "check the path (relative paths are resolved from the working directory, then the config's folder)"
+        if not ctx.require_dataset:
+            findings.warn(where, message, fix=fix)
+        elif key:
+            findings.error_found(where, message, raw, fix=fix)
+        else:
+            findings.error(where, f"{message} (from --dataset)", fix=fix)
+        return None
+    return path
+
+
+def _resolve_validation(findings: Findings, data: dict[str, Any], source: TomlSource) -> Path | None:
+    raw = table(data, "data").get("validation_path")
+    if not (isinstance(raw, str) and raw.strip()):
+        return None
+    path = _resolve_path(raw, source)
+    if not path.is_file():
+        findings.warn(("data", "validation_path"), f"validation dataset {display_path(path)} not found; "
+                      "training continues without validation", fix="fix the path or remove validation_path")
+        return None
+    return path

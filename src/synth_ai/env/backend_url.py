@@ -1,0 +1,65 @@
+"""Which backend a command talks to, and the one way its URL is normalised.
+
+Precedence: `--backend` > `BACKEND_BASE_URL` > `SYNTH_BACKEND_URL_OVERRIDE` (or the older `BACKEND_OVERRIDE`)
+= local|dev|prod, each read from `LOCAL_BACKEND_URL`, `DEV_BACKEND_URL`, `PROD_BACKEND_URL` > the embedded
+backend on 127.0.0.1:8000. Every URL ends in `/api`, as synth-ai 0.2.17's `ensure_api_base` made it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from synth_ai.errors import InvalidInputError
+
+EMBEDDED_HOST = "127.0.0.1"
+EMBEDDED_PORT = 8000
+EMBEDDED_URL = f"http://{EMBEDDED_HOST}:{EMBEDDED_PORT}"
+HOSTED_PROD_URL = "https://agent-learning.onrender.com"
+_OVERRIDE_DEFAULTS = {"local": EMBEDDED_URL, "dev": None, "prod": HOSTED_PROD_URL}
+
+
+@dataclass(frozen=True)
+class BackendTarget:
+    api_base: str  # always ends in /api
+    source: str  # which setting chose it, for messages ("--backend", "BACKEND_BASE_URL", ...)
+    embedded: bool  # True when it is this machine's embedded backend (train may start it)
+
+
+def ensure_api_base(url: str) -> str:
+    """`http://host:8000/` -> `http://host:8000/api`; an existing `/api` suffix is kept."""
+    base = url.strip().rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise InvalidInputError(f"Backend URL {url!r} must start with http:// or https://.",
+                                hint="Pass e.g. --backend http://127.0.0.1:8000")
+    return base if base.endswith("/api") else f"{base}/api"
+
+
+def resolve_backend(flag: str | None = None, environ: Mapping[str, str] | None = None) -> BackendTarget:
+    env = os.environ if environ is None else environ
+    if flag and flag.strip():
+        api = ensure_api_base(flag)
+        return BackendTarget(api, "--backend", _is_embedded(api))
+    if env.get("BACKEND_BASE_URL", "").strip():
+        api = ensure_api_base(env["BACKEND_BASE_URL"])
+        return BackendTarget(api, "BACKEND_BASE_URL", _is_embedded(api))
+    for name in ("SYNTH_BACKEND_URL_OVERRIDE", "BACKEND_OVERRIDE"):
+        choice = env.get(name, "").strip().lower()
+        if not choice:
+            continue
+        if choice not in _OVERRIDE_DEFAULTS:
+            raise InvalidInputError(f"{name}={choice!r} is not one of local, dev, prod.",
+                                    hint=f"Set {name} to local, dev or prod, or use --backend URL.")
+        url = env.get(f"{choice.upper()}_BACKEND_URL", "").strip() or _OVERRIDE_DEFAULTS[choice]
+        if not url:
+            raise InvalidInputError(f"{name}={choice} needs {choice.upper()}_BACKEND_URL to be set.",
+                                    hint=f"Export {choice.upper()}_BACKEND_URL=https://... or use --backend URL.")
+        api = ensure_api_base(url)
+        return BackendTarget(api, f"{name}={choice}", _is_embedded(api))
+    return BackendTarget(ensure_api_base(EMBEDDED_URL), "embedded default", True)
+
+
+def _is_embedded(api_base: str) -> bool:
+    return api_base == ensure_api_base(EMBEDDED_URL) or api_base.startswith(
+        (f"http://localhost:{EMBEDDED_PORT}/", f"http://{EMBEDDED_HOST}:{EMBEDDED_PORT}/"))

@@ -1,0 +1,61 @@
+"""`.env` files: finding the nearest one, layering several, and reading values without surprises.
+
+Values from files never override what the process environment already has (as in synth-ai 0.2.17). With several
+`--env-file`s, earlier files win over later ones, so the first file is the "current" one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, MutableMapping
+from pathlib import Path
+
+from synth_ai.errors import NotFoundError
+
+# Alternative names accepted for a variable, checked in order after the name itself.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "ENVIRONMENT_API_KEY": ("dev_environment_api_key", "DEV_ENVIRONMENT_API_KEY"),
+    "TASK_APP_URL": ("TASK_APP_BASE_URL",),
+}
+
+
+def find_nearest_env(start: Path | None = None) -> Path | None:
+    """The nearest `.env` walking up from `start` (the working directory by default)."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / ".env"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    from dotenv import dotenv_values
+
+    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+
+
+def load_env_files(paths: Iterable[str | Path], environ: MutableMapping[str, str] | None = None) -> list[Path]:
+    """Load each file into `environ` without overriding existing values; every file must exist."""
+    env = os.environ if environ is None else environ
+    loaded: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            raise NotFoundError(f"Env file not found: {path.resolve()}",
+                                hint="Check the --env-file path, or create it with `synth-ai setup`.")
+        for key, value in read_env_file(path).items():
+            if key not in env or not env[key]:
+                env[key] = value
+        loaded.append(path.resolve())
+    return loaded
+
+
+def get_env(name: str, environ: MutableMapping[str, str] | None = None) -> str | None:
+    """A variable's value, falling back to its aliases (`TASK_APP_BASE_URL` for `TASK_APP_URL`, ...)."""
+    env = os.environ if environ is None else environ
+    for key in (name, *ALIASES.get(name, ())):
+        value = env.get(key, "").strip()
+        if value:
+            return value
+    return None

@@ -1,0 +1,1 @@
+"""Training flows: validate, plan, submit and follow SFT and RL jobs."""

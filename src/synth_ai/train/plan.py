@@ -1,0 +1,120 @@
+"""The requests a `train` run makes, in order, as data: what `--dry-run` prints and what submission follows.
+
+Values only known once the run is under way (the uploaded file's id, the created job's id) appear as
+`<...>` placeholders; secrets appear masked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from synth_ai.config.loaded import LoadedConfig
+from synth_ai.env.backend_url import BackendTarget
+from synth_ai.env.secrets import mask_secret
+from synth_ai.train.payloads import build_rl_payload, build_sft_payload
+
+FILE_ID = "<training file id, from the upload>"
+VALIDATION_FILE_ID = "<validation file id, from the upload>"
+JOB_ID = "<job id, from the create response>"
+IDEMPOTENCY_AT_SUBMIT = "<generated at submit, reused across retries>"
+
+
+@dataclass
+class PlannedRequest:
+    step: str
+    method: str
+    url: str
+    headers: dict[str, str]
+    json: Any = None
+    multipart: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"step": self.step, "method": self.method, "url": self.url, "headers": self.headers}
+        if self.json is not None:
+            doc["json"] = self.json
+        if self.multipart is not None:
+            doc["multipart"] = self.multipart
+        return doc
+
+
+@dataclass
+class TrainPlan:
+    kind: str
+    backend: BackendTarget
+    requests: list[PlannedRequest] = field(default_factory=list)
+
+
+def _auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {mask_secret(api_key)}" if api_key else "Bearer <SYNTH_API_KEY is not set>"}
+
+
+def describe_upload(path: Path, *, limit: int | None = None) -> dict[str, Any]:
+    """The multipart parts of a dataset upload; with `limit`, only the first N non-blank lines are sent."""
+    digest, size, records = hashlib.sha256(), 0, 0
+    with path.open("rb") as handle:
+        for line in handle:
+            if line.strip():
+                if limit is not None and records >= limit:
+                    break
+                records += 1
+            elif limit is not None:
+                continue
+            digest.update(line)
+            size += len(line)
+    name = path.name if limit is None else f"{path.stem}.head{limit}.jsonl"
+    return {
+        "purpose": "fine-tune",
+        "file": {"filename": name, "content_type": "application/jsonl", "path": str(path), "bytes": size,
+                 "sha256": digest.hexdigest(), "records": records},
+    }
+
+
+def plan_sft(config: LoadedConfig, backend: BackendTarget, *, api_key: str | None, examples: int | None,
+             idempotency: str | None) -> TrainPlan:
+    assert config.dataset is not None
+    api = backend.api_base
+    auth = _auth_headers(api_key)
+    create_headers = {**auth, "Idempotency-Key": idempotency or IDEMPOTENCY_AT_SUBMIT}
+    plan = TrainPlan("sft", backend)
+    plan.requests.append(PlannedRequest("upload training dataset", "POST", f"{api}/files", dict(create_headers),
+                                        multipart=describe_upload(config.dataset, limit=examples)))
+    validation_ids = None
+    if config.validation_dataset is not None:
+        plan.requests.append(PlannedRequest("upload validation dataset", "POST", f"{api}/files",
+                                            dict(create_headers),
+                                            multipart=describe_upload(config.validation_dataset)))
+        validation_ids = [VALIDATION_FILE_ID]
+    plan.requests.append(PlannedRequest("wait until the file is ready", "GET", f"{api}/files/{FILE_ID}", dict(auth)))
+    payload = build_sft_payload(config, training_file_id=FILE_ID, validation_file_ids=validation_ids)
+    plan.requests.append(PlannedRequest("create the job", "POST", f"{api}/learning/jobs",
+                                        {**create_headers, "Content-Type": "application/json"}, json=payload))
+    plan.requests.append(PlannedRequest("start the job", "POST", f"{api}/learning/jobs/{JOB_ID}/start",
+                                        {**create_headers, "Content-Type": "application/json"}, json={}))
+    return plan
+
+
+def plan_rl(config: LoadedConfig, backend: BackendTarget, *, api_key: str | None, environ: Mapping[str, str],
+            idempotency: str | None) -> TrainPlan:
+    assert config.task_url is not None
+    api = backend.api_base
+    auth = _auth_headers(api_key)
+    env_key = environ.get("ENVIRONMENT_API_KEY") or environ.get("DEV_ENVIRONMENT_API_KEY") \
+        or environ.get("dev_environment_api_key")
+    masked_env_key = mask_secret(env_key) if env_key else "<ENVIRONMENT_API_KEY is not set>"
+    task_headers = {"X-API-Key": masked_env_key, "X-API-Keys": masked_env_key, "Authorization": f"Bearer {masked_env_key}"}
+    plan = TrainPlan("rl", backend)
+    plan.requests.append(PlannedRequest("backend verifies the task app", "POST", f"{api}/rl/verify_task_app",
+                                        {**auth, "Content-Type": "application/json"},
+                                        json={"endpoint_base_url": config.task_url}))
+    plan.requests.append(PlannedRequest("check task app health", "GET", f"{config.task_url}/health", task_headers))
+    plan.requests.append(PlannedRequest("check task app task_info", "GET", f"{config.task_url}/task_info",
+                                        dict(task_headers)))
+    payload = build_rl_payload(config, api_base=api)
+    plan.requests.append(PlannedRequest("create the job", "POST", f"{api}/rl/jobs",
+                                        {**auth, "Content-Type": "application/json",
+                                         "Idempotency-Key": idempotency or IDEMPOTENCY_AT_SUBMIT}, json=payload))
+    return plan
