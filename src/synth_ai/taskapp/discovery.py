@@ -1,0 +1,317 @@
+"""Finding task apps by id or alias without importing every Python file.
+
+Search roots, in order: the demo directory (`DEMO_DIR` in `<data dir>/demo.json`, when it exists), each entry of
+`SYNTH_TASK_APP_SEARCH_PATH` (os.pathsep-separated), the working directory, `./examples`, `./synth_ai`, and the
+bundled apps (`examples/task_apps/` of the synth-ai checkout this package runs from; `SYNTH_BUNDLED_TASK_APPS_DIR`
+overrides it, an empty value turns it off).
+
+Each `*.py` file under a root (skipping `.git`, `__pycache__`, `node_modules`, `venv`, `.venv`, `build`, `dist`,
+`.mypy_cache`, `.pytest_cache` and hidden directories) that mentions `TaskAppConfig` or `TaskAppEntry` is parsed
+with `ast`: apps come from `TaskAppEntry(app_id=…, aliases=…, description=…)` and `TaskAppConfig(app_id=…)` calls
+with literal arguments. Modal scripts (`modal.App("name")`) are listed as kind `modal`. Unlike the reference,
+aliases match.
+
+Only the chosen file is imported (`load_task_app`).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from synth_ai.taskapp.errors import TaskAppNotFoundError
+
+IGNORED_DIRS = frozenset({".git", "__pycache__", "node_modules", "venv", ".venv", "build", "dist", ".mypy_cache",
+                          ".pytest_cache", "site-packages", ".tox", ".ruff_cache"})
+MAX_DEPTH = 8
+MAX_FILE_BYTES = 2_000_000
+_MARKERS = ("TaskAppConfig", "TaskAppEntry", "modal.App", "App(")
+
+
+@dataclass
+class AppChoice:
+    app_id: str
+    path: Path
+    kind: str = "task_app"  # "task_app" or "modal" (a Modal script with no task-app entry)
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    root: Path | None = None
+    rank: tuple[Any, ...] = field(default_factory=tuple)
+
+    def names(self) -> tuple[str, ...]:
+        return (self.app_id, *self.aliases)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.app_id, "aliases": list(self.aliases), "description": self.description,
+                "path": str(self.path), "kind": self.kind}
+
+
+def repo_root() -> Path:
+    """The synth-ai checkout this package runs from: the parent of `src/`."""
+    return Path(__file__).resolve().parents[3]
+
+
+def bundled_apps_dir() -> Path | None:
+    raw = os.environ.get("SYNTH_BUNDLED_TASK_APPS_DIR")
+    if raw is not None:
+        return Path(raw).expanduser().resolve() if raw.strip() else None
+    candidate = repo_root() / "examples" / "task_apps"
+    return candidate if candidate.is_dir() else None
+
+
+def _demo_dir() -> Path | None:
+    from synth_ai.env.paths import data_dir
+
+    try:
+        doc = json.loads((data_dir(create=False) / "demo.json").read_text())
+    except (OSError, ValueError):
+        return None
+    raw = doc.get("DEMO_DIR") if isinstance(doc, dict) else None
+    return Path(raw).expanduser() if isinstance(raw, str) and raw else None
+
+
+def search_roots(extra: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    cwd = Path.cwd()
+    candidates: list[Path | None] = [_demo_dir()]
+    candidates += [Path(p) for p in extra]
+    raw = os.environ.get("SYNTH_TASK_APP_SEARCH_PATH", "")
+    candidates += [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
+    candidates += [cwd, cwd / "examples", cwd / "synth_ai", bundled_apps_dir()]
+    roots: list[Path] = []
+    for candidate in candidates:
+        if candidate is None or not candidate.is_dir():
+            continue
+        resolved = candidate.resolve()
+        if resolved not in roots:
+            roots.append(resolved)
+    return roots
+
+
+def _python_files(root: Path) -> Iterator[Path]:
+    if root.is_file():
+        yield root
+        return
+    base_depth = len(root.parts)
+    for directory, dirnames, filenames in os.walk(root):
+        depth = len(Path(directory).parts) - base_depth
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and not d.startswith(".")
+                             and depth < MAX_DEPTH)
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                yield Path(directory) / name
+
+
+def _literal(node: ast.AST | None) -> Any:
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return None
+
+
+def _call_name(call: ast.Call) -> str:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        prefix = func.value.id + "." if isinstance(func.value, ast.Name) else ""
+        return prefix + func.attr
+    return ""
+
+
+def scan_file(path: Path) -> list[AppChoice]:
+    """The apps one file declares (no import)."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return []
+        source = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    if not any(marker in source for marker in _MARKERS):
+        return []
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    entries: dict[str, AppChoice] = {}
+    configs: list[str] = []
+    modal_apps: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _call_name(node)
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        short = name.rsplit(".", 1)[-1]
+        if short == "TaskAppEntry":
+            app_id = _literal(keywords.get("app_id"))
+            if isinstance(app_id, str) and app_id:
+                aliases = _literal(keywords.get("aliases")) or ()
+                description = _literal(keywords.get("description")) or ""
+                entries[app_id] = AppChoice(
+                    app_id, path, aliases=tuple(a for a in aliases if isinstance(a, str)) if isinstance(
+                        aliases, (list, tuple)) else (), description=description if isinstance(description, str)
+                    else "")
+        elif short == "TaskAppConfig":
+            app_id = _literal(keywords.get("app_id"))
+            if isinstance(app_id, str) and app_id:
+                configs.append(app_id)
+        elif name in ("modal.App", "App"):
+            app_name = _literal(node.args[0]) if node.args else _literal(keywords.get("name"))
+            if isinstance(app_name, str) and app_name:
+                modal_apps.append(app_name)
+    found = list(entries.values())
+    found += [AppChoice(app_id, path) for app_id in configs if app_id not in entries]
+    if not found:
+        found = [AppChoice(name, path, kind="modal") for name in modal_apps]
+    return found
+
+
+def _rank(choice: AppChoice, order: int) -> tuple[Any, ...]:
+    name = choice.path.name
+    file_rank = 0 if name.endswith("task_app.py") else 1 if name.endswith("_app.py") else 2
+    parent_rank = 0 if choice.path.parent.name in ("task_app", "task_apps") else 1
+    return (order, 0 if choice.kind == "task_app" else 1, file_rank, parent_rank, choice.app_id, str(choice.path))
+
+
+def discover_task_apps(*, roots: Iterable[Path] | None = None, include_modal: bool = False) -> list[AppChoice]:
+    """Every app found under the search roots, best-ranked first; one choice per (id, file)."""
+    seen: set[tuple[str, Path]] = set()
+    seen_files: set[Path] = set()
+    choices: list[AppChoice] = []
+    for order, root in enumerate(search_roots() if roots is None else roots):
+        for path in _python_files(Path(root)):
+            resolved = path.resolve()
+            if resolved in seen_files:
+                continue
+            seen_files.add(resolved)
+            for choice in scan_file(resolved):
+                if choice.kind == "modal" and not include_modal:
+                    continue
+                key = (choice.app_id, resolved)
+                if key in seen:
+                    continue
+                seen.add(key)
+                choice.root = Path(root)
+                choice.rank = _rank(choice, order)
+                choices.append(choice)
+    choices.sort(key=lambda c: c.rank)
+    return choices
+
+
+def available_ids(choices: Iterable[AppChoice]) -> list[str]:
+    return sorted({c.app_id for c in choices})
+
+
+def find_task_app(app_id: str | None, *, roots: Iterable[Path] | None = None, include_modal: bool = False,
+                  choices: list[AppChoice] | None = None) -> AppChoice:
+    """The app named `app_id` (an id or an alias; the best-ranked one when several files declare it). With no id,
+    the only discovered app; several → an error listing them."""
+    found = choices if choices is not None else discover_task_apps(roots=roots, include_modal=include_modal)
+    hint = "Run `synth-ai task-app list` to see every app, or add a directory with SYNTH_TASK_APP_SEARCH_PATH."
+    if not found:
+        raise TaskAppNotFoundError("No task apps discovered for this command.", hint=hint)
+    if app_id is None:
+        ids = available_ids(found)
+        if len(ids) == 1:
+            return found[0]
+        raise TaskAppNotFoundError(
+            f"Several task apps were found; name one: {', '.join(ids)}.", hint="Pass the APP_ID argument.")
+    for choice in found:
+        if choice.app_id == app_id:
+            return choice
+    for choice in found:
+        if app_id in choice.aliases:
+            return choice
+    raise TaskAppNotFoundError(f"Task app '{app_id}' not found. Available: {', '.join(available_ids(found))}",
+                               hint=hint)
+
+
+@contextmanager
+def _import_guard() -> Iterator[None]:
+    """While an app module is imported, `uvicorn.run` does nothing (scripts that serve at import time)."""
+    try:
+        import uvicorn
+    except ImportError:  # pragma: no cover - uvicorn is a dependency
+        yield
+        return
+    original = uvicorn.run
+    uvicorn.run = lambda *a, **k: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        uvicorn.run = original  # type: ignore[assignment]
+
+
+def import_app_module(path: Path) -> Any:
+    """Import a file as a module (once per path and modification time); its directory joins sys.path so the
+    app's sibling modules import."""
+    path = path.resolve()
+    digest = hashlib.sha1(f"{path}:{path.stat().st_mtime_ns}".encode()).hexdigest()[:12]
+    module_name = f"synth_ai_task_app_{path.stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    directory = str(path.parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise TaskAppNotFoundError(f"Cannot import task app file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        with _import_guard():
+            spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+def load_task_app(choice: AppChoice | str) -> Any:
+    """Import the chosen app's file and return its `TaskAppEntry` (registered, or built from a module-level
+    `TaskAppConfig` / zero-argument factory, with module-level `ENV_FILES` and `ModalDeploymentConfig`)."""
+    from synth_ai.taskapp.config import ModalDeploymentConfig, TaskAppConfig, TaskAppEntry, get_registered
+
+    if isinstance(choice, str):
+        choice = find_task_app(choice)
+    module = import_app_module(choice.path)
+    entry = get_registered(choice.app_id)
+    if entry is None:
+        factory = None
+        for value in vars(module).values():
+            if isinstance(value, TaskAppConfig) and value.app_id == choice.app_id:
+                factory = (lambda v=value: v)
+                break
+        if factory is None:
+            for name, value in vars(module).items():
+                if callable(value) and not isinstance(value, type) and name.startswith(("build", "create", "make")):
+                    try:
+                        built = value()
+                    except TypeError:
+                        continue
+                    if isinstance(built, TaskAppConfig) and built.app_id == choice.app_id:
+                        factory = value
+                        break
+        if factory is None:
+            raise TaskAppNotFoundError(
+                f"{choice.path} mentions task app '{choice.app_id}' but defines no registered entry, "
+                "module-level TaskAppConfig or factory for it.",
+                hint="Register it with register_task_app(entry=TaskAppEntry(app_id=..., config_factory=...)).",
+            )
+        modal = next((v for v in vars(module).values() if isinstance(v, ModalDeploymentConfig)), None)
+        env_files = getattr(module, "ENV_FILES", ()) or ()
+        entry = TaskAppEntry(app_id=choice.app_id, description=choice.description, config_factory=factory,
+                             env_files=tuple(env_files), modal=modal)
+    if entry.source_path is None:
+        entry.source_path = str(choice.path)
+    return entry
