@@ -24,8 +24,7 @@ def _debug() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import click
-
+    from synth_ai.cli import clicklib
     from synth_ai.cli.app import build_command
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -39,18 +38,18 @@ def main(argv: list[str] | None = None) -> int:
         if _debug():
             raise
         return int(err.exit_code)
-    except click.exceptions.Exit as exc:
+    except clicklib.Exit as exc:
         return int(exc.exit_code)
-    except click.UsageError as exc:
+    except clicklib.UsageError as exc:
         if output.json_mode:
             output.error(_usage_error(exc))
         else:
             exc.show()
         return int(ExitCode.USAGE)
-    except click.ClickException as exc:
+    except clicklib.ClickException as exc:
         output.error(SynthError(exc.format_message()))
         return int(ExitCode.USAGE if exc.exit_code == 2 else ExitCode.INTERNAL)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, clicklib.Abort):
         output.error(_interrupted())
         return int(ExitCode.INTERRUPTED)
     except ImportError as exc:

@@ -65,7 +65,7 @@ class Output:
     def result(self, data: Any, human: Callable[[Output], None] | None = None) -> None:
         """Emit the command's result: the JSON document, or the human rendering."""
         if self.json_mode:
-            sys.stdout.write(redact(json.dumps(data, indent=2, sort_keys=False, default=str)) + "\n")
+            sys.stdout.write(redact(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n")
             sys.stdout.flush()
         elif human is not None:
             human(self)
@@ -74,7 +74,7 @@ class Output:
 
     def json_block(self, data: Any, *, indent: int = 0) -> None:
         """Pretty JSON inside human output (payload previews), optionally indented under a heading."""
-        text = json.dumps(data, indent=2, default=str)
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
         if indent:
             text = "\n".join(" " * indent + line for line in text.splitlines())
         self.out.print(redact(text), markup=False, highlight=False)
@@ -91,7 +91,7 @@ class Output:
 
     def error(self, err: SynthError) -> None:
         if self.json_mode:
-            sys.stdout.write(redact(json.dumps({"error": err.to_dict()}, indent=2, default=str)) + "\n")
+            sys.stdout.write(redact(json.dumps({"error": err.to_dict()}, indent=2, ensure_ascii=False, default=str)) + "\n")
             sys.stdout.flush()
             return
         self.err.print(redact(f"Error: {err.message}"), style="red", markup=False, highlight=False)
