@@ -110,13 +110,32 @@ def _python_files(root: Path) -> Iterator[Path]:
                 yield Path(directory) / name
 
 
-def _literal(node: ast.AST | None) -> Any:
+def _literal(node: ast.AST | None, constants: dict[str, Any] | None = None) -> Any:
+    """A literal value, resolving names bound to literals at module level (`APP_ID = "math"`)."""
     if node is None:
         return None
+    if isinstance(node, ast.Name) and constants is not None:
+        return constants.get(node.id)
+    if isinstance(node, (ast.Tuple, ast.List)) and constants is not None:
+        values = [_literal(elt, constants) for elt in node.elts]
+        return None if any(v is None for v in values) else tuple(values)
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError):
         return None
+
+
+def _module_constants(tree: ast.Module) -> dict[str, Any]:
+    constants: dict[str, Any] = {}
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+            [stmt.target] if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else []
+        for target in targets:
+            if isinstance(target, ast.Name):
+                value = _literal(stmt.value, constants)
+                if value is not None:
+                    constants[target.id] = value
+    return constants
 
 
 def _call_name(call: ast.Call) -> str:
@@ -143,6 +162,7 @@ def scan_file(path: Path) -> list[AppChoice]:
         tree = ast.parse(source, filename=str(path))
     except (SyntaxError, ValueError, RecursionError):
         return []
+    constants = _module_constants(tree)
     entries: dict[str, AppChoice] = {}
     configs: list[str] = []
     modal_apps: list[str] = []
@@ -153,20 +173,20 @@ def scan_file(path: Path) -> list[AppChoice]:
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         short = name.rsplit(".", 1)[-1]
         if short == "TaskAppEntry":
-            app_id = _literal(keywords.get("app_id"))
+            app_id = _literal(keywords.get("app_id"), constants)
             if isinstance(app_id, str) and app_id:
-                aliases = _literal(keywords.get("aliases")) or ()
-                description = _literal(keywords.get("description")) or ""
+                aliases = _literal(keywords.get("aliases"), constants) or ()
+                description = _literal(keywords.get("description"), constants) or ""
                 entries[app_id] = AppChoice(
                     app_id, path, aliases=tuple(a for a in aliases if isinstance(a, str)) if isinstance(
                         aliases, (list, tuple)) else (), description=description if isinstance(description, str)
                     else "")
         elif short == "TaskAppConfig":
-            app_id = _literal(keywords.get("app_id"))
+            app_id = _literal(keywords.get("app_id"), constants)
             if isinstance(app_id, str) and app_id:
                 configs.append(app_id)
         elif name in ("modal.App", "App"):
-            app_name = _literal(node.args[0]) if node.args else _literal(keywords.get("name"))
+            app_name = _literal(node.args[0], constants) if node.args else _literal(keywords.get("name"), constants)
             if isinstance(app_name, str) and app_name:
                 modal_apps.append(app_name)
     found = list(entries.values())
