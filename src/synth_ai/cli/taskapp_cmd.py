@@ -132,15 +132,17 @@ def register(app: typer.Typer) -> None:
 
 
 def _key_and_aliases(api_key: str | None) -> tuple[str, list[str]]:
+    """The key to present: --api-key alone, or ENVIRONMENT_API_KEY (+ ENVIRONMENT_API_KEY_ALIASES in X-API-Keys)."""
     from synth_ai.errors import AuthError
     from synth_ai.taskapp.auth import allowed_environment_api_keys
 
+    if api_key:
+        return api_key, []
     allowed = allowed_environment_api_keys()
-    key = api_key or (allowed[0] if allowed else None)
-    if not key:
+    if not allowed:
         raise AuthError("Missing API key. Provide --api-key or set ENVIRONMENT_API_KEY.",
                         hint="Run `synth-ai setup --local`, or pass --api-key.")
-    return key, [a for a in allowed if a != key]
+    return allowed[0], allowed[1:]
 
 
 def _check_error(result):

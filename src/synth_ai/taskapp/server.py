@@ -160,7 +160,13 @@ def create_task_app(config: TaskAppConfig, *, tracing: TracingSettings | None = 
         if not wanted:
             return {"taskset": _dump(await _maybe_await(config.describe_taskset()))}
         instances = await _maybe_await(config.provide_task_instances(wanted))
-        docs = [_dump(TaskInfo.model_validate(_dump(i))) for i in _as_list(instances)]
+        try:
+            docs = [_dump(TaskInfo.model_validate(_dump(i))) for i in _as_list(instances)]
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ()))
+            raise TaskAppError(f"provide_task_instances returned an invalid TaskInfo: field '{field}': "
+                               f"{first.get('msg')}", status_code=500, code="invalid_task_info") from exc
         return docs[0] if len(wanted) == 1 and len(docs) == 1 else docs
 
     @app.post("/rollout", dependencies=guard)

@@ -1,0 +1,149 @@
+"""Helpers for the task-app tests: a scripted OpenAI-compatible model server and real servers on free ports.
+
+The scripted model is a real uvicorn server whose answers come from the test (`policy(body) -> completion`); the
+task apps under test are real apps built by `create_task_app`, never mocks.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENV_KEY = "sk_env_test_0123456789abcdef"
+
+
+def completion(content: str | None = None, tool_calls: list[dict[str, Any]] | None = None,
+               model: str = "scripted-model") -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-test", "object": "chat.completion", "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    }
+
+
+def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+class ScriptedModel:
+    """An OpenAI-compatible chat-completions server; `policy(body)` returns a completion dict, or
+    `(status, text)` for a raw answer. Every request is kept in `requests`."""
+
+    def __init__(self, policy: Callable[[dict[str, Any]], Any]) -> None:
+        self.policy = policy
+        self.requests: list[dict[str, Any]] = []
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/{path:path}")
+        async def chat(path: str, request: Request):
+            body = await request.json()
+            self.requests.append({"path": "/" + path, "query": dict(request.query_params), "body": body,
+                                  "headers": dict(request.headers)})
+            result = self.policy(body)
+            if inspect.isawaitable(result):
+                result = await result
+            if isinstance(result, tuple):
+                status, text = result
+                return Response(text, status_code=status, media_type="text/plain")
+            return JSONResponse(result)
+
+        return app
+
+
+@contextmanager
+def scripted_model(policy: Callable[[dict[str, Any]], Any]) -> Iterator[tuple[str, ScriptedModel]]:
+    """Yields (base URL ending in /v1, the model server)."""
+    from synth_ai.taskapp.serving import running_in_background
+
+    model = ScriptedModel(policy)
+    with running_in_background(model.app()) as base:
+        yield f"{base}/v1", model
+
+
+@contextmanager
+def running_app(app: Any) -> Iterator[str]:
+    from synth_ai.taskapp.serving import running_in_background
+
+    with running_in_background(app) as base:
+        yield base
+
+
+def math_entry():
+    from synth_ai.taskapp.discovery import load_task_app
+
+    return load_task_app("math-single-step")
+
+
+def headers(key: str = ENV_KEY) -> dict[str, str]:
+    return {"X-API-Key": key}
+
+
+def rollout_body(inference_url: str, *, seed: int = 0, split: str = "train", mode: str = "eval",
+                 **policy: Any) -> dict[str, Any]:
+    return {"run_id": f"run-{seed}", "env": {"seed": seed, "config": {"split": split}},
+            "policy": {"policy_name": "test", "config": {"model": "scripted-model", "inference_url": inference_url,
+                                                         **policy}},
+            "ops": ["agent", "env"], "mode": mode}
+
+
+def synth_ai_command() -> list[str]:
+    exe = Path(sys.executable).parent / "synth-ai"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("synth-ai")
+    return [found] if found else [sys.executable, "-m", "synth_ai"]
+
+
+def wait_for_health(base_url: str, key: str = ENV_KEY, *, timeout: float = 30.0,
+                    process: subprocess.Popen | None = None) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            out = process.stdout.read() if process.stdout else ""
+            raise AssertionError(f"server exited early with {process.returncode}:\n{out}")
+        try:
+            response = httpx.get(f"{base_url}/health", headers=headers(key), timeout=2.0)
+            if response.status_code == 200:
+                return response
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.1)
+    raise AssertionError(f"{base_url} never became healthy: {last}")
+
+
+def stop(process: subprocess.Popen) -> str:
+    """Stop a process this test started (by its own handle) and return its output."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+    return process.stdout.read() if process.stdout else ""
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"PYTHONUNBUFFERED": "1", **extra})
+    return env
