@@ -1,0 +1,1 @@
+"""OpenAI-compatible chat completions over base and fine-tuned models (`engine.InferenceEngine`)."""

@@ -1,0 +1,484 @@
+"""The inference engine behind `POST /api/inference/v1/chat/completions` (OpenAI-compatible, non-streaming).
+
+`InferenceEngine(model_store, max_loaded=2).chat_completion(request)` takes an OpenAI chat request and returns an
+OpenAI `chat.completion` object. Supported: text and `image_url` content parts (`data:` URLs; http(s) only with
+`SYNTH_INFERENCE_ALLOW_REMOTE_IMAGES=1`), `tools` (rendered into the system turn the way Qwen3 expects),
+assistant `tool_calls` and `tool` messages in the history, `<tool_call>` output parsed into `tool_calls`
+(`finish_reason: "tool_calls"`), `temperature` (0 = greedy), `top_p`, `top_k`, `max_tokens` /
+`max_completion_tokens`, `stop`, `n`, `seed`, `thinking_mode` (`think` | `no_think`), `thinking_budget` (cap on
+the tokens inside `<think>`), and `usage`.
+
+Models are base ids, local folders and fine-tuned ids (`ft:...`): a full fine-tune loads as is; a LoRA adapter is
+applied to its base and merged once at load. Loaded models stay in an LRU cache of `max_loaded` entries.
+Requests are serialised: one generation at a time across the engine (tokenizers and the global torch RNG behind
+`seed` are not safe to share between threads, and on a CPU parallel generations only compete for the cores), so
+concurrent callers queue and never crash. `n > 1` samples the choices in one batched `generate` call.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from synth_ai.backend.inference.parsing import apply_stop, parse_output
+from synth_ai.errors import InvalidInputError, NotFoundError
+
+MAX_N = 16
+MAX_STOP = 4
+DEFAULT_MAX_TOKENS = 256
+MAX_TOKENS_CAP = 32768
+ROLES = {"system", "user", "assistant", "tool"}
+
+
+@dataclass
+class LoadedModel:
+    model_id: str
+    path: Path
+    model: Any
+    tokenizer: Any
+    template: str
+    vision: bool
+    processor: Any = None
+    eos_ids: list[int] = field(default_factory=list)
+    think_open: int | None = None
+    think_close: int | None = None
+    image_pad: int | None = None
+    device: str = "cpu"
+    loaded_at: float = field(default_factory=time.time)
+
+
+class InferenceEngine:
+    def __init__(self, model_store: Any, *, max_loaded: int = 2) -> None:
+        if max_loaded < 1:
+            raise ValueError("max_loaded must be at least 1")
+        self.store = model_store
+        self.max_loaded = max_loaded
+        self._cache: OrderedDict[str, LoadedModel] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._load_locks: dict[str, threading.Lock] = {}
+        self._generate_lock = threading.Lock()
+
+    # Models -----------------------------------------------------------------------------------------------------
+    def list_models(self) -> dict[str, Any]:
+        """`GET /v1/models`: every model the store can serve, in OpenAI's list shape."""
+        data = []
+        for entry in self.store.list_models():
+            created = entry.get("created_at")
+            data.append({"id": entry["id"], "object": "model", "created": _epoch(created),
+                         "owned_by": "synth-ai" if entry.get("kind") == "fine_tuned" else "local",
+                         "root": entry.get("base_model"), "kind": entry.get("kind"),
+                         "loaded": entry["id"] in self._cache})
+        return {"object": "list", "data": data}
+
+    def loaded_models(self) -> list[str]:
+        with self._cache_lock:
+            return list(self._cache)
+
+    def unload(self, model_id: str | None = None) -> None:
+        with self._cache_lock:
+            if model_id is None:
+                self._cache.clear()
+            else:
+                self._cache.pop(model_id, None)
+        _free_memory()
+
+    def get(self, model_id: str) -> LoadedModel:
+        """The loaded model for `model_id`, loading (and evicting the least recently used) when needed."""
+        key = model_id.strip()
+        with self._cache_lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+            lock = self._load_locks.setdefault(key, threading.Lock())
+        with lock:
+            with self._cache_lock:
+                if key in self._cache:
+                    self._cache.move_to_end(key)
+                    return self._cache[key]
+            loaded = self._load(key)
+            with self._cache_lock:
+                self._cache[key] = loaded
+                evicted = False
+                while len(self._cache) > self.max_loaded:
+                    self._cache.popitem(last=False)
+                    evicted = True
+            if evicted:
+                _free_memory()
+            return loaded
+
+    def _load(self, model_id: str) -> LoadedModel:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from synth_ai.backend.ml import loading
+        from synth_ai.backend.ml.templates import training_template
+
+        path = self.store.resolve(model_id)
+        card = loading.read_model_card(path)
+        tiny = loading.is_tiny_folder(path)
+        base_path = path
+        if card.get("kind") == "fine_tuned" and card.get("training_kind") == "lora":
+            base_path = self.store.resolve(card["base_model"])
+            tiny = loading.is_tiny_folder(base_path)
+        loading.configure_threads(tiny=tiny)
+        where = loading.placement()
+        if base_path != path:
+            from peft import PeftModel
+
+            base = loading.load_model(base_path, where)
+            model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+        else:
+            model = loading.load_model(path, where)
+        model.eval()
+        vision = loading.is_vision_folder(base_path)
+        tokenizer = loading.load_tokenizer(path)
+        processor = None
+        if vision:
+            source = path if (path / "preprocessor_config.json").exists() else base_path
+            processor = loading.build_processor(tokenizer, loading.load_image_processor(source))
+        template = _chat_template(tokenizer, path) or training_template(vision)
+        eos = [t for t in (loading.special_token_id(tokenizer, "<|im_end|>"),
+                           loading.special_token_id(tokenizer, "<|endoftext|>")) if t is not None]
+        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        for token in (configured if isinstance(configured, list) else [configured]):
+            if isinstance(token, int) and token not in eos:
+                eos.append(token)
+        return LoadedModel(
+            model_id=model_id, path=path, model=model, tokenizer=tokenizer, template=template, vision=vision,
+            processor=processor, eos_ids=eos, think_open=loading.special_token_id(tokenizer, "<think>"),
+            think_close=loading.special_token_id(tokenizer, "</think>"),
+            image_pad=loading.special_token_id(tokenizer, "<|image_pad|>"), device=where.device)
+
+    # Chat completions -------------------------------------------------------------------------------------------
+    def chat_completion(self, request: dict[str, Any]) -> dict[str, Any]:
+        params = _validate(request)
+        loaded = self.get(params["model"])
+        messages, images = _prepare_messages(params["messages"], loaded)
+        with self._generate_lock:
+            return self._complete(loaded, params, messages, images)
+
+    def _complete(self, loaded: LoadedModel, params: dict[str, Any], messages: list[dict[str, Any]],
+                  images: list[Any]) -> dict[str, Any]:
+        import torch
+
+        tokenizer = loaded.tokenizer
+        tools = params["tools"] if params["tool_choice"] != "none" else None
+        thinking = params["thinking_mode"]
+        template_kwargs: dict[str, Any] = {}
+        if thinking is not None:
+            template_kwargs["enable_thinking"] = thinking == "think"
+        try:
+            prompt = tokenizer.apply_chat_template(messages, tools=tools, chat_template=loaded.template,
+                                                   add_generation_prompt=True, tokenize=False, **template_kwargs)
+        except Exception as exc:  # a template error is a request problem (e.g. an unexpected message shape)
+            raise InvalidInputError(f"The messages could not be rendered with {loaded.model_id}'s chat template "
+                                    f"({type(exc).__name__}: {exc}).") from exc
+        prefix = ""
+        if thinking == "think" and not prompt.endswith("<think>\n"):
+            prefix = "<think>\n"
+        elif thinking == "no_think" and not prompt.rstrip("\n").endswith("</think>"):
+            prefix = "<think>\n\n</think>\n\n"
+        prompt += prefix
+        if images:
+            inputs = loaded.processor(text=[prompt], images=images, return_tensors="pt")
+        else:
+            inputs = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+        inputs = {k: v.to(loaded.device) for k, v in inputs.items() if hasattr(v, "to")}
+        if loaded.vision and images and "mm_token_type_ids" not in inputs and loaded.image_pad is not None:
+            inputs["mm_token_type_ids"] = (inputs["input_ids"] == loaded.image_pad).to(torch.int32)
+        prompt_len = int(inputs["input_ids"].shape[1])
+
+        n = params["n"]
+        greedy = params["temperature"] == 0
+        gen: dict[str, Any] = {"max_new_tokens": params["max_tokens"], "eos_token_id": loaded.eos_ids,
+                               "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                               else loaded.eos_ids[0], "do_sample": not greedy,
+                               "num_return_sequences": 1 if greedy else n, "use_cache": True}
+        if not greedy:
+            gen["temperature"] = params["temperature"]
+            gen["top_p"] = params["top_p"]
+            gen["top_k"] = params["top_k"] or 0
+        else:
+            gen.update(temperature=None, top_p=None, top_k=None)
+        if params["stop"]:
+            gen["stop_strings"] = params["stop"]
+            gen["tokenizer"] = tokenizer
+        budget = params["thinking_budget"]
+        if budget is not None and thinking != "no_think" and loaded.think_open is not None \
+                and loaded.think_close is not None:
+            from transformers import LogitsProcessorList
+
+            gen["logits_processor"] = LogitsProcessorList(
+                [_thinking_budget_processor(loaded.think_open, loaded.think_close, budget, prompt_len)])
+        seed = params["seed"]
+        with _seeded(seed):
+            with torch.inference_mode():
+                output = loaded.model.generate(**inputs, **gen)
+        rows = output[:, prompt_len:].tolist()
+        if greedy and n > 1:
+            rows = rows * n
+
+        choices, completion_tokens = [], 0
+        for index, row in enumerate(rows):
+            used, hit_eos = _until_eos(row, loaded.eos_ids)
+            completion_tokens += len(used)
+            text = prefix + tokenizer.decode(used, skip_special_tokens=True)
+            text, stopped = apply_stop(text, params["stop"])
+            message = parse_output(text, tools_enabled=bool(tools))
+            if message.get("tool_calls"):
+                finish = "tool_calls"
+            elif hit_eos or stopped:
+                finish = "stop"
+            else:
+                finish = "length"
+            choices.append({"index": index, "message": message, "finish_reason": finish, "logprobs": None})
+        return {
+            "id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion", "created": int(time.time()),
+            "model": params["model"], "choices": choices,
+            "usage": {"prompt_tokens": prompt_len, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_len + completion_tokens},
+        }
+
+
+# Request validation -------------------------------------------------------------------------------------------------
+def _validate(request: Any) -> dict[str, Any]:
+    if not isinstance(request, dict):
+        raise InvalidInputError("The request body must be a JSON object.")
+    model = request.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidInputError("`model` is required (a model id from GET /v1/models).")
+    if request.get("stream"):
+        raise InvalidInputError("Streaming is not supported by this backend; send `stream: false`.")
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInputError("`messages` must be a non-empty list of chat messages.")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidInputError(f"messages[{i}] must be an object.")
+        if message.get("role") not in ROLES:
+            raise InvalidInputError(f"messages[{i}].role must be one of system, user, assistant, tool "
+                                    f"(found {message.get('role')!r}).")
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise InvalidInputError(f"messages[{i}].content must be a string, a list of parts or null.")
+        calls = message.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise InvalidInputError(f"messages[{i}].tool_calls must be a list.")
+
+    def number(name: str, default: float, low: float, high: float) -> float:
+        value = request.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
+            raise InvalidInputError(f"`{name}` must be a number between {low} and {high} (found {value!r}).")
+        return float(value)
+
+    def integer(name: str, default: int | None, low: int, high: int) -> int | None:
+        value = request.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= high):
+            raise InvalidInputError(f"`{name}` must be an integer between {low} and {high} (found {value!r}).")
+        return value
+
+    max_tokens = integer("max_completion_tokens", None, 1, MAX_TOKENS_CAP)
+    if max_tokens is None:
+        max_tokens = integer("max_tokens", DEFAULT_MAX_TOKENS, 1, MAX_TOKENS_CAP)
+    stop = request.get("stop")
+    if stop is None:
+        stops: list[str] = []
+    elif isinstance(stop, str):
+        stops = [stop]
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= MAX_STOP:
+        stops = list(stop)
+    else:
+        raise InvalidInputError(f"`stop` must be a string or a list of at most {MAX_STOP} strings.")
+    stops = [s for s in stops if s]
+    thinking = request.get("thinking_mode")
+    if thinking is not None and thinking not in ("think", "no_think"):
+        raise InvalidInputError(f"`thinking_mode` must be 'think' or 'no_think' (found {thinking!r}).")
+    tools = request.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise InvalidInputError("`tools` must be a list of function tools.")
+        tools = [_normalize_tool(t, i) for i, t in enumerate(tools)] or None
+    tool_choice = request.get("tool_choice")
+    if isinstance(tool_choice, dict):
+        tool_choice = "required"
+    seed = request.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise InvalidInputError(f"`seed` must be an integer (found {seed!r}).")
+    return {
+        "model": model.strip(), "messages": messages, "max_tokens": max_tokens,
+        "temperature": number("temperature", 1.0, 0.0, 2.0), "top_p": number("top_p", 1.0, 0.0, 1.0) or 1.0,
+        "top_k": integer("top_k", None, 0, 10**6), "n": integer("n", 1, 1, MAX_N), "stop": stops,
+        "seed": seed, "thinking_mode": thinking, "thinking_budget": integer("thinking_budget", None, 0, 10**6),
+        "tools": tools, "tool_choice": tool_choice or "auto",
+    }
+
+
+def _normalize_tool(tool: Any, index: int) -> dict[str, Any]:
+    if not isinstance(tool, dict):
+        raise InvalidInputError(f"tools[{index}] must be an object.")
+    fn = tool.get("function") if tool.get("type", "function") == "function" and "function" in tool else tool
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise InvalidInputError(f"tools[{index}] needs function.name.")
+    return {"type": "function", "function": fn}
+
+
+def _prepare_messages(messages: list[dict[str, Any]], loaded: LoadedModel) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Messages the template can render (image parts become placeholders) and the decoded images, in order."""
+    import json
+
+    from synth_ai.backend.ml.images import env_flag, image_url_of, load_image
+
+    allow_remote = env_flag("SYNTH_INFERENCE_ALLOW_REMOTE_IMAGES")
+    images: list[Any] = []
+    out = []
+    for i, message in enumerate(messages):
+        message = dict(message)
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if isinstance(part, str):
+                    parts.append({"type": "text", "text": part})
+                    continue
+                url = image_url_of(part)
+                if url is None:
+                    if not isinstance(part, dict) or (part.get("type") not in (None, "text")) or \
+                            not isinstance(part.get("text"), str):
+                        raise InvalidInputError(f"messages[{i}].content[{j}] must be a text or image_url part.")
+                    parts.append({"type": "text", "text": part["text"]})
+                    continue
+                if not loaded.vision:
+                    raise InvalidInputError(f"messages[{i}] has an image, but {loaded.model_id} accepts text only.",
+                                            hint="Use a Qwen3-VL model (e.g. synth-ai/tiny-qwen3-vl) for images.")
+                images.append(load_image(url, allow_remote=allow_remote, where=f"messages[{i}].content[{j}]"))
+                parts.append({"type": "image"})
+            message["content"] = parts if loaded.vision else "".join(p["text"] for p in parts)
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                fn = call.get("function", call) if isinstance(call, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise InvalidInputError(f"messages[{i}].tool_calls entries need function.name.")
+                arguments = fn.get("arguments", {})
+                if isinstance(arguments, str):
+                    try:
+                        arguments = json.loads(arguments) if arguments.strip() else {}
+                    except ValueError:
+                        pass  # rendered verbatim
+                calls.append({**call, "function": {"name": fn["name"], "arguments": arguments}})
+            message["tool_calls"] = calls
+        if message.get("reasoning") and not message.get("reasoning_content"):
+            message["reasoning_content"] = message["reasoning"]
+        out.append(message)
+    return out, images
+
+
+# Helpers ------------------------------------------------------------------------------------------------------------
+def _chat_template(tokenizer: Any, path: Path) -> str | None:
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and template:
+        return template
+    for name in ("chat_template.jinja", "chat_template.json"):
+        file = Path(path) / name
+        if file.exists():
+            text = file.read_text()
+            if name.endswith(".json"):
+                import json
+
+                text = json.loads(text).get("chat_template", "")
+            if text:
+                return text
+    return None
+
+
+def _until_eos(row: list[int], eos_ids: list[int]) -> tuple[list[int], bool]:
+    for i, token in enumerate(row):
+        if token in eos_ids:
+            return row[:i], True
+    return row, False
+
+
+def _thinking_budget_processor(open_id: int, close_id: int, budget: int, prompt_len: int) -> Any:
+    """Force `</think>` once a row has spent `budget` tokens inside an open think block."""
+    import torch
+    from transformers import LogitsProcessor
+
+    class ThinkingBudget(LogitsProcessor):
+        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+            for row in range(input_ids.shape[0]):
+                seq = input_ids[row]
+                opens = (seq == open_id).nonzero()
+                if opens.numel() == 0:
+                    continue
+                last_open = int(opens[-1])
+                closes = (seq[last_open:] == close_id).nonzero()
+                if closes.numel():
+                    continue
+                spent = seq.shape[0] - last_open - 1
+                if spent >= budget:
+                    scores[row, :] = float("-inf")
+                    scores[row, close_id] = 0.0
+            return scores
+
+    return ThinkingBudget()
+
+
+class _seeded:
+    """Seed torch's RNG for one generation and restore the previous state after."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+        self.state: Any = None
+
+    def __enter__(self) -> None:
+        if self.seed is None:
+            return
+        import torch
+
+        self.state = (torch.random.get_rng_state(),
+                      torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+        torch.manual_seed(self.seed)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.state is None:
+            return
+        import torch
+
+        torch.random.set_rng_state(self.state[0])
+        if self.state[1] is not None:
+            torch.cuda.set_rng_state_all(self.state[1])
+
+
+def _free_memory() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _epoch(stamp: Any) -> int:
+    if not stamp:
+        return 0
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0
+
+
+__all__ = ["InferenceEngine", "LoadedModel", "NotFoundError"]

@@ -1,0 +1,651 @@
+"""The SFT trainer: full fine-tune or LoRA on Qwen3 / Qwen3-VL, in a plain PyTorch loop.
+
+`run_sft(spec, workdir=, model_store=, reporter=, should_stop=)` is what a job worker calls. `spec` is the SFT job
+payload (reference §2.3: `model`, `hyperparameters`, `metadata.effective_config`) plus `job_id`,
+`training_file_path` and optionally `validation_file_path`.
+
+Why a hand-written loop and not `transformers.Trainer`: the work per step is small (tiny models on CPU, or one
+GPU), so per-step overhead decides throughput; and the loop must check `should_stop()` between steps, checkpoint
+and resume exactly, and report events and metrics in the backend's vocabulary. What it does per optimizer step:
+
+- length-grouped micro-batches (`sft_data.epoch_batches`), padded only to the longest row of the batch;
+- loss on assistant tokens only, computed on the selected positions: the decoder runs once, then the LM head and
+  the cross-entropy run only on rows whose next token is labelled (with Qwen's 151k vocabulary, this avoids a full
+  logits tensor);
+- the loss is summed over the micro-batches of the step and divided by the step's labelled-token count, so
+  gradient accumulation gives the same gradient as one big batch;
+- AdamW, gradient clipping, linear warmup then linear (default), cosine or constant decay;
+- bf16 autocast only on a CUDA GPU that supports it (fp32 on CPU); one torch thread for tiny models on CPU
+  unless `OMP_NUM_THREADS` says otherwise.
+
+Events: `sft.training.started`, `sft.config.adjusted`, `sft.data.truncated`, `sft.data.images_dropped`,
+`sft.data.skipped`, `sft.progress`, `sft.validation.summary`, `sft.checkpoint.saved`, `sft.training.resumed`,
+`sft.training.stopped`. Metrics per step: `train.loss`, `learning_rate`, `tokens_per_second`; `val.loss` at
+evaluations. A metric's `step` is the number of optimizer updates applied before it was measured: the first
+step's loss is reported at step 0, a validation before training at step 0, the final validation at step N.
+The job's terminal events (`sft.job.completed` / `failed`) belong to the server.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from synth_ai.errors import InvalidInputError, NotFoundError
+
+FULL_KINDS = {"full", "full_finetune", "full-finetune", "fft", "full_ft", "sft", "supervised_finetune"}
+LORA_KINDS = {"lora", "peft", "qlora"}
+PROJECTOR_ALIASES = {"mm_projector", "projector", "merger", "visual.merger", "multi_modal_projector"}
+DEFAULT_LORA_TARGETS = "all-linear"
+
+
+class Reporter(Protocol):
+    def event(self, type: str, message: str, data: dict[str, Any] | None = None, level: str = "info") -> None: ...
+
+    def metric(self, name: str, step: int, value: float, phase: str = "train") -> None: ...
+
+
+class TrainingCancelled(Exception):
+    """`should_stop()` answered True: training stopped between steps (a checkpoint was saved first)."""
+
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        super().__init__(f"training stopped at step {step}")
+        self.step = step
+        self.checkpoint = checkpoint
+
+
+# Settings ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Settings:
+    base_model: str
+    job_id: str
+    mode: str  # "full" | "lora"
+    learning_rate: float
+    n_epochs: int | None
+    total_steps: int | None
+    warmup_ratio: float = 0.0
+    lr_scheduler: str = "linear"
+    per_device_batch: int = 1
+    gradient_accumulation_steps: int = 1
+    sequence_length: int | None = 4096
+    eval_steps: int = 0
+    save_steps: int | None = None
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 42
+    logging_steps: int | None = None
+    bf16: bool | None = None
+    activation_checkpointing: bool = False
+    max_images_per_message: int | None = None
+    lora_r: int = 16
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.05
+    lora_targets: Any = DEFAULT_LORA_TARGETS
+    notes: list[str] = field(default_factory=list)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must not change between a checkpoint and its resume."""
+        keep = ("base_model", "mode", "n_epochs", "total_steps", "per_device_batch", "gradient_accumulation_steps",
+                "sequence_length", "seed", "lora_r", "lora_targets")
+        data = asdict(self)
+        return {k: data[k] for k in keep}
+
+
+def _pick(*candidates: tuple[str, Any]) -> tuple[str | None, Any]:
+    for key, value in candidates:
+        if value is not None and value != "":
+            return key, value
+    return None, None
+
+
+def _int(key: str, value: Any, *, minimum: int = 1) -> int:
+    if isinstance(value, bool):
+        raise InvalidInputError(f"{key} must be an integer (found {value!r}).")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{key} must be an integer (found {value!r}).") from None
+    if not number.is_integer() or number < minimum:
+        raise InvalidInputError(f"{key} must be an integer >= {minimum} (found {value!r}).")
+    return int(number)
+
+
+def _float(key: str, value: Any, *, low: float | None = None, high: float | None = None,
+           strict_low: bool = False) -> float:
+    if isinstance(value, bool):
+        raise InvalidInputError(f"{key} must be a number (found {value!r}).")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{key} must be a number (found {value!r}).") from None
+    if not math.isfinite(number) or (low is not None and (number <= low if strict_low else number < low)) or (
+            high is not None and number > high):
+        bounds = f"{'>' if strict_low else '>='} {low}" if low is not None else ""
+        if high is not None:
+            bounds += f"{' and ' if bounds else ''}<= {high}"
+        raise InvalidInputError(f"{key} must be a number {bounds} (found {value!r}).")
+    return number
+
+
+def resolve_settings(spec: dict[str, Any]) -> Settings:
+    """Read the job payload into `Settings`, refusing bad values with the key that holds them."""
+    model = spec.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidInputError("The SFT job has no model.", hint="Set [job].model, e.g. 'synth-ai/tiny-qwen3'.")
+    hp = dict(spec.get("hyperparameters") or {})
+    effective = ((spec.get("metadata") or {}).get("effective_config") or {})
+    training = effective.get("training") or {}
+    lora_cfg = dict(effective.get("lora") or training.get("lora") or {})
+    model_cfg = effective.get("model_config") or effective.get("model") or {}
+    algorithm = effective.get("algorithm") or {}
+    notes: list[str] = []
+
+    _, kind = _pick(("hyperparameters.train_kind", hp.get("train_kind")),
+                    ("[training].mode", training.get("mode")), ("[algorithm].variety", algorithm.get("variety")))
+    kind = str(kind or "full").strip().lower()
+    if training.get("use_qlora") or kind == "qlora":
+        notes.append("QLoRA was requested; this backend trains LoRA adapters without quantising the base model.")
+    if kind in FULL_KINDS:
+        mode = "full"
+    elif kind in LORA_KINDS:
+        mode = "lora"
+    else:
+        raise InvalidInputError(f"Unknown training mode '{kind}'.",
+                                hint="Use 'full' (or full_finetune, fft) or 'lora' (or peft).")
+
+    step_key, steps = _pick(("hyperparameters.total_steps", hp.get("total_steps")),
+                            ("hyperparameters.train_steps", hp.get("train_steps")),
+                            ("hyperparameters.steps", hp.get("steps")))
+    total_steps = _int(step_key, steps) if step_key else None
+    n_epochs = None if total_steps else _int("hyperparameters.n_epochs", hp.get("n_epochs") or 1)
+
+    default_lr = 2e-4 if mode == "lora" else 2e-5
+    lr = _float("hyperparameters.learning_rate", hp.get("learning_rate", default_lr), low=0.0, strict_low=True)
+    warmup = _float("hyperparameters.warmup_ratio", hp.get("warmup_ratio", 0.0), low=0.0, high=1.0)
+    scheduler = str(hp.get("lr_scheduler_type") or hp.get("lr_scheduler") or "linear").lower()
+    if scheduler not in {"linear", "cosine", "constant"}:
+        raise InvalidInputError(f"hyperparameters.lr_scheduler_type must be linear, cosine or constant "
+                                f"(found {scheduler!r}).")
+    batch_key, batch = _pick(("hyperparameters.per_device_batch", hp.get("per_device_batch")),
+                             ("hyperparameters.batch_size", hp.get("batch_size")))
+    per_device = _int(batch_key, batch) if batch_key else 1
+    if hp.get("gradient_accumulation_steps") is not None:
+        accum = _int("hyperparameters.gradient_accumulation_steps", hp["gradient_accumulation_steps"])
+    elif hp.get("global_batch") is not None:
+        accum = max(1, math.ceil(_int("hyperparameters.global_batch", hp["global_batch"]) / per_device))
+    else:
+        accum = 1
+    seq = hp.get("sequence_length") or hp.get("max_length") or hp.get("max_seq_length")
+    sequence_length = _int("hyperparameters.sequence_length", seq, minimum=8) if seq else 4096
+
+    validation = training.get("validation") or {}
+    eval_raw = hp.get("eval_steps", validation.get("eval_steps"))
+    eval_steps = _int("hyperparameters.eval_steps", eval_raw, minimum=0) if eval_raw not in (None, "") else 0
+    if str(hp.get("evaluation_strategy", "steps")).lower() == "no":
+        eval_steps = 0
+    save_raw = hp.get("save_steps") or hp.get("checkpoint_steps")
+    save_steps = _int("hyperparameters.save_steps", save_raw) if save_raw else None
+    logging_raw = hp.get("logging_steps")
+    logging_steps = _int("hyperparameters.logging_steps", logging_raw) if logging_raw else None
+    parallelism = hp.get("parallelism") or {}
+    bf16 = parallelism.get("bf16") if isinstance(parallelism, dict) else None
+
+    _, max_images = _pick(("hyperparameters.max_images_per_message", hp.get("max_images_per_message")),
+                          ("[model_config].max_images_per_message", model_cfg.get("max_images_per_message")),
+                          ("[training].max_images_per_message", training.get("max_images_per_message")))
+    if max_images is not None:
+        max_images = _int("max_images_per_message", max_images, minimum=0)
+
+    _, rank = _pick(("lora_rank", hp.get("lora_rank")), ("lora.r", lora_cfg.get("r")),
+                    ("lora.rank", lora_cfg.get("rank")))
+    _, alpha = _pick(("lora_alpha", hp.get("lora_alpha")), ("lora.alpha", lora_cfg.get("alpha")),
+                     ("lora.lora_alpha", lora_cfg.get("lora_alpha")))
+    _, dropout = _pick(("lora_dropout", hp.get("lora_dropout")), ("lora.dropout", lora_cfg.get("dropout")),
+                       ("lora.lora_dropout", lora_cfg.get("lora_dropout")))
+    _, targets = _pick(("lora_target_modules", hp.get("lora_target_modules")),
+                       ("lora.target_modules", lora_cfg.get("target_modules")))
+    lora_r = _int("lora_rank", rank) if rank is not None else 16
+    lora_alpha = _float("lora_alpha", alpha, low=0.0, strict_low=True) if alpha is not None else 2.0 * lora_r
+    lora_dropout = _float("lora_dropout", dropout, low=0.0, high=0.99) if dropout is not None else 0.05
+    if targets is None:
+        targets = DEFAULT_LORA_TARGETS
+    elif isinstance(targets, str):
+        targets = targets.strip()
+    elif isinstance(targets, (list, tuple)) and targets and all(isinstance(t, str) for t in targets):
+        targets = [t.strip() for t in targets]
+        if "all-linear" in targets:
+            targets = "all-linear"
+    else:
+        raise InvalidInputError(f"lora_target_modules must be 'all-linear' or a list of module names "
+                                f"(found {targets!r}).")
+
+    return Settings(
+        base_model=model.strip(), job_id=str(spec.get("job_id") or "local"), mode=mode, learning_rate=lr,
+        n_epochs=n_epochs, total_steps=total_steps, warmup_ratio=warmup, lr_scheduler=scheduler,
+        per_device_batch=per_device, gradient_accumulation_steps=accum, sequence_length=sequence_length,
+        eval_steps=eval_steps, save_steps=save_steps,
+        weight_decay=_float("hyperparameters.weight_decay", hp.get("weight_decay", 0.0), low=0.0),
+        max_grad_norm=_float("hyperparameters.max_grad_norm", hp.get("max_grad_norm", 1.0), low=0.0),
+        seed=_int("hyperparameters.seed", hp.get("seed", 42), minimum=0), logging_steps=logging_steps,
+        bf16=bf16 if isinstance(bf16, bool) else None,
+        activation_checkpointing=bool(isinstance(parallelism, dict) and parallelism.get("activation_checkpointing")),
+        max_images_per_message=max_images, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+        lora_targets=targets, notes=notes,
+    )
+
+
+# The loop ---------------------------------------------------------------------------------------------------------
+def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: Reporter,
+            should_stop: Callable[[], bool]) -> dict[str, Any]:
+    settings = resolve_settings(spec)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    train_path = _data_path(spec, "training_file_path", required=True)
+    val_path = _data_path(spec, "validation_file_path", required=False)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+
+    from synth_ai.backend.ml import loading
+    from synth_ai.backend.ml.images import env_flag
+    from synth_ai.backend.ml.templates import training_template
+    from synth_ai.backend.trainers import checkpoints
+    from synth_ai.backend.trainers.sft_data import Encoder, collate, epoch_batches, read_examples
+
+    base_path = model_store.resolve(settings.base_model)
+    tiny = loading.is_tiny_folder(base_path)
+    threads = loading.configure_threads(tiny=tiny)
+    vision = loading.is_vision_folder(base_path)
+    where = loading.placement()
+    use_bf16 = where.device == "cuda" and where.dtype == torch.bfloat16 and settings.bf16 is not False
+    if settings.bf16 and not use_bf16:
+        settings.notes.append("bf16 was requested but no CUDA GPU with bf16 support is present: training in fp32.")
+
+    # Data ----------------------------------------------------------------------------------------------------------
+    tokenizer = loading.load_tokenizer(base_path)
+    processor = None
+    if vision:
+        processor = loading.build_processor(tokenizer, loading.load_image_processor(base_path))
+        if settings.max_images_per_message is None:
+            settings.max_images_per_message = _registry_image_limit(settings.base_model)
+        if settings.per_device_batch > 1:
+            old = settings.per_device_batch
+            settings.gradient_accumulation_steps *= old
+            settings.per_device_batch = 1
+            _event(reporter, "sft.config.adjusted",
+                   f"Qwen3-VL trains one example per micro-batch: per_device_batch {old} -> 1, "
+                   f"gradient_accumulation_steps -> {settings.gradient_accumulation_steps} (same effective batch).",
+                   {"per_device_batch": 1, "gradient_accumulation_steps": settings.gradient_accumulation_steps})
+    allow_remote = env_flag("SYNTH_TRAINING_ALLOW_REMOTE_IMAGES")
+    template = training_template(vision)
+
+    def encoder() -> Encoder:
+        return Encoder(tokenizer, template, processor=processor, sequence_length=settings.sequence_length,
+                       max_images_per_message=settings.max_images_per_message, allow_remote_images=allow_remote)
+
+    prep_started = time.perf_counter()
+    train_encoder = encoder()
+    train = read_examples(train_path, train_encoder, model_id=settings.base_model)
+    _data_events(reporter, "training", train_encoder.stats, settings)
+    if not train:
+        raise InvalidInputError(f"{train_path}: no example has an assistant token to learn from.",
+                                hint="Each record needs at least one assistant message (within sequence_length).")
+    val: list[Any] = []
+    if val_path is not None:
+        val_encoder = encoder()
+        val = read_examples(val_path, val_encoder, model_id=settings.base_model)
+        _data_events(reporter, "validation", val_encoder.stats, settings)
+    prep_s = time.perf_counter() - prep_started
+
+    # Plan ----------------------------------------------------------------------------------------------------------
+    batch, accum = settings.per_device_batch, settings.gradient_accumulation_steps
+    lengths = [e.length for e in train]
+    per_epoch = math.ceil(len(train) / batch)
+    if settings.total_steps:
+        total_steps = settings.total_steps
+        total_micro = total_steps * accum
+    else:
+        total_micro = per_epoch * (settings.n_epochs or 1)
+        total_steps = math.ceil(total_micro / accum)
+    micro: list[list[int]] = []
+    epoch = 0
+    while len(micro) < total_micro:
+        micro.extend(epoch_batches(lengths, batch, settings.seed, epoch))
+        epoch += 1
+    micro = micro[:total_micro]
+    warmup_steps = math.ceil(settings.warmup_ratio * total_steps)
+    save_every = settings.save_steps or max(1, math.ceil(total_steps / 4))
+    log_every = settings.logging_steps or max(1, total_steps // 20)
+    eval_every = settings.eval_steps if val else 0
+
+    # Model ---------------------------------------------------------------------------------------------------------
+    torch.manual_seed(settings.seed)
+    load_dtype = torch.bfloat16 if (use_bf16 and settings.mode == "lora") else torch.float32
+    model = loading.load_model(base_path, loading.Placement(where.device, load_dtype))
+    if settings.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if settings.mode == "lora":
+        model = _wrap_lora(model, settings, vision)
+    model.train()
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    n_trainable = sum(p.numel() for p in trainable.values())
+    n_total = sum(p.numel() for p in model.parameters())
+    decoder, lm_head = loading.core_parts(model)
+    optimizer = torch.optim.AdamW(list(trainable.values()), lr=settings.learning_rate, betas=(0.9, 0.999),
+                                  eps=1e-8, weight_decay=settings.weight_decay,
+                                  **({"fused": True} if where.device == "cuda" else {"foreach": True}))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _schedule(settings.lr_scheduler, warmup_steps, total_steps))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>") if vision else None
+    vision_dtype = next(decoder.visual.parameters()).dtype if vision else None
+
+    start_step, first_loss, history = 0, None, {}
+    resume_from = checkpoints.latest(workdir)
+    if resume_from is not None:
+        saved = checkpoints.load(resume_from)
+        if saved["state"].get("fingerprint") != _jsonable(settings.fingerprint()):
+            raise InvalidInputError(f"The checkpoint in {resume_from} was written with other settings; "
+                                    "refusing to resume from it.",
+                                    hint="Delete the job's checkpoints folder to start over.")
+        missing = set(trainable) - set(saved["weights"])
+        if missing:
+            raise InvalidInputError(f"The checkpoint in {resume_from} lacks {len(missing)} trainable tensors.")
+        with torch.no_grad():
+            for name, param in trainable.items():
+                param.copy_(saved["weights"][name].to(param.device, param.dtype))
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        checkpoints.restore_rng(saved["rng"])
+        start_step = int(saved["state"]["step"])
+        first_loss = saved["state"].get("train_loss_first")
+        history = saved["state"].get("history") or {}
+        _event(reporter, "sft.training.resumed", f"Resumed from the checkpoint at step {start_step}.",
+               {"step": start_step, "checkpoint": str(resume_from)})
+
+    _event(reporter, "sft.training.started",
+           f"Training {settings.base_model} ({settings.mode}) for {total_steps} steps on {len(train)} examples "
+           f"({where.device}, {'bf16' if use_bf16 else 'fp32'}).",
+           {"model": settings.base_model, "mode": settings.mode, "total_steps": total_steps,
+            "start_step": start_step, "n_epochs": settings.n_epochs, "examples": len(train),
+            "validation_examples": len(val), "train_tokens": train_encoder.stats.tokens,
+            "label_tokens": train_encoder.stats.label_tokens, "per_device_batch": batch,
+            "gradient_accumulation_steps": accum, "learning_rate": settings.learning_rate,
+            "warmup_steps": warmup_steps, "lr_scheduler": settings.lr_scheduler,
+            "sequence_length": settings.sequence_length, "trainable_params": n_trainable, "total_params": n_total,
+            "device": where.device, "dtype": "bf16" if use_bf16 else "fp32", "threads": threads,
+            "vision": vision, "data_prep_s": round(prep_s, 3), "notes": settings.notes,
+            **({"lora": {"r": settings.lora_r, "alpha": settings.lora_alpha, "dropout": settings.lora_dropout,
+                         "target_modules": settings.lora_targets}} if settings.mode == "lora" else {})})
+
+    autocast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16
+                else _NullContext())
+
+    def to_device(b: dict[str, Any]) -> dict[str, Any]:
+        return {k: (v.to(where.device, non_blocking=True) if hasattr(v, "to") else v) for k, v in b.items()}
+
+    def loss_sum(b: dict[str, Any]) -> Any:
+        kwargs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"], "use_cache": False}
+        if "pixel_values" in b:
+            kwargs["pixel_values"] = b["pixel_values"].to(vision_dtype)
+            kwargs["image_grid_thw"] = b["image_grid_thw"]
+            kwargs["mm_token_type_ids"] = (b["input_ids"] == image_pad).to(torch.int32)
+        with autocast:
+            hidden = decoder(**kwargs).last_hidden_state[:, :-1]
+            targets = b["labels"][:, 1:]
+            selected = targets != -100
+            logits = lm_head(hidden[selected]).float()
+        return torch.nn.functional.cross_entropy(logits, targets[selected], reduction="sum")
+
+    def evaluate() -> tuple[float, int]:
+        model.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            order = sorted(range(len(val)), key=lambda i: val[i].length)
+            for i in range(0, len(order), batch):
+                b = to_device(collate([val[j] for j in order[i:i + batch]], pad_id))
+                total += float(loss_sum(b))
+                count += int((b["labels"][:, 1:] != -100).sum())
+        model.train()
+        return total / max(1, count), count
+
+    best: tuple[float, int] | None = tuple(history["best"]) if history.get("best") else None
+
+    def run_eval(step: int) -> None:
+        nonlocal best
+        value, count = evaluate()
+        reporter.metric("val.loss", step, value, phase="eval")
+        if best is None or value < best[0]:
+            best = (value, step)
+        _event(reporter, "sft.validation.summary", f"step {step}: val.loss {value:.4f} on {len(val)} examples",
+               {"step": step, "val_loss": value, "examples": len(val), "label_tokens": count,
+                "best_val_loss": best[0], "best_step": best[1]})
+
+    def checkpoint(step: int, last_loss: float | None) -> Path:
+        state = {"fingerprint": _jsonable(settings.fingerprint()), "train_loss_first": first_loss,
+                 "train_loss_last": last_loss, "history": {"best": list(best) if best else None},
+                 "total_steps": total_steps}
+        return checkpoints.save(workdir, step, trainable=trainable, optimizer=optimizer, scheduler=scheduler,
+                                state=state)
+
+    if eval_every and start_step == 0:
+        run_eval(0)
+    loop_started = time.perf_counter()
+    trained_tokens, last_loss = 0, None
+    last_save = time.monotonic()
+    for step in range(start_step, total_steps):
+        if should_stop():
+            saved_at = checkpoint(step, last_loss) if step > start_step else resume_from
+            _event(reporter, "sft.training.stopped", f"Stopped at step {step} of {total_steps} as asked.",
+                   {"step": step, "checkpoint": str(saved_at) if saved_at else None})
+            raise TrainingCancelled(step, saved_at)
+        t0 = time.perf_counter()
+        lr = scheduler.get_last_lr()[0]
+        batches = [to_device(collate([train[i] for i in idx], pad_id))
+                   for idx in micro[step * accum:(step + 1) * accum]]
+        labelled = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+        step_loss = 0.0
+        for b in batches:
+            loss = loss_sum(b) / labelled
+            loss.backward()
+            step_loss += loss.detach()
+        if settings.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(list(trainable.values()), settings.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        value = float(step_loss)
+        elapsed = time.perf_counter() - t0
+        tokens = sum(b["tokens"] for b in batches)
+        trained_tokens += tokens
+        if first_loss is None:
+            first_loss = value
+        last_loss = value
+        reporter.metric("train.loss", step, value)
+        reporter.metric("learning_rate", step, lr)
+        reporter.metric("tokens_per_second", step, tokens / max(elapsed, 1e-9))
+        done = step + 1
+        if done % log_every == 0 or done == total_steps or step == start_step:
+            spent = time.perf_counter() - loop_started
+            rate = (done - start_step) / max(spent, 1e-9)
+            _event(reporter, "sft.progress", f"step {done}/{total_steps} loss {value:.4f}",
+                   {"step": done, "total_steps": total_steps, "loss": value, "learning_rate": lr,
+                    "epoch": round(min(step * accum + accum, total_micro) / per_epoch, 3),
+                    "tokens_per_second": round(trained_tokens / max(spent, 1e-9), 1),
+                    "elapsed_s": round(spent, 2), "eta_s": round((total_steps - done) / max(rate, 1e-9), 1)})
+        if eval_every and done % eval_every == 0 and done != total_steps:
+            run_eval(done)
+        if done != total_steps and (done % save_every == 0 or time.monotonic() - last_save > 600):
+            path = checkpoint(done, last_loss)
+            last_save = time.monotonic()
+            _event(reporter, "sft.checkpoint.saved", f"Checkpoint saved at step {done}.",
+                   {"step": done, "path": str(path)})
+    loop_s = time.perf_counter() - loop_started
+    if val:
+        run_eval(total_steps)
+
+    # Final model ---------------------------------------------------------------------------------------------------
+    final_dir = workdir / "final"
+    fine_tuned = f"ft:{settings.base_model}:{settings.job_id}"
+    _save_final(model, tokenizer, base_path, final_dir, settings, fine_tuned,
+                {"steps": total_steps, "train_loss_first": first_loss, "train_loss_final": last_loss})
+    model_store.register_fine_tuned(fine_tuned, settings.base_model, settings.job_id, final_dir)
+    return {"fine_tuned_model": fine_tuned, "checkpoint_dir": str(final_dir), "steps": total_steps,
+            "train_loss_first": first_loss, "train_loss_final": last_loss,
+            "val_loss_best": best[0] if best else None, "train_tokens": trained_tokens,
+            "train_runtime_s": round(loop_s, 4),
+            "tokens_per_second": round(trained_tokens / loop_s, 2) if loop_s > 0 else None,
+            "mode": settings.mode}
+
+
+# Helpers ------------------------------------------------------------------------------------------------------------
+class _NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _event(reporter: Reporter, kind: str, message: str, data: dict[str, Any] | None = None,
+           level: str = "info") -> None:
+    reporter.event(kind, message, data, level=level)
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+def _data_path(spec: dict[str, Any], key: str, *, required: bool) -> Path | None:
+    raw = spec.get(key)
+    if not raw:
+        if required:
+            raise InvalidInputError(f"The SFT job spec has no {key}.")
+        return None
+    path = Path(raw)
+    if not path.is_file():
+        raise NotFoundError(f"{key} {path} does not exist.")
+    return path
+
+
+def _registry_image_limit(model_id: str) -> int:
+    from synth_ai.models.registry import find_model
+
+    info = find_model(model_id)
+    return (info.max_images_per_message if info and info.max_images_per_message else 1)
+
+
+def _data_events(reporter: Reporter, split: str, stats: Any, settings: Settings) -> None:
+    if stats.truncated:
+        _event(reporter, "sft.data.truncated",
+               f"{stats.truncated} {split} example(s) were longer than sequence_length={settings.sequence_length} "
+               "and were truncated.",
+               {"split": split, "truncated": stats.truncated, "sequence_length": settings.sequence_length,
+                "examples": stats.records, "lines": stats.truncated_lines}, level="warning")
+    if stats.images_dropped:
+        _event(reporter, "sft.data.images_dropped",
+               f"{stats.images_dropped} image(s) in {stats.records_with_dropped_images} {split} record(s) exceeded "
+               f"max_images_per_message={settings.max_images_per_message} and were dropped.",
+               {"split": split, "images_dropped": stats.images_dropped,
+                "records": stats.records_with_dropped_images,
+                "max_images_per_message": settings.max_images_per_message}, level="warning")
+    if stats.skipped_no_labels:
+        _event(reporter, "sft.data.skipped",
+               f"{stats.skipped_no_labels} {split} example(s) had no assistant token left and were skipped.",
+               {"split": split, "skipped": stats.skipped_no_labels}, level="warning")
+
+
+def _schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        progress = min(max(progress, 0.0), 1.0)
+        if kind == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return max(0.0, 1.0 - progress)
+
+    return factor
+
+
+def _lora_targets(model: Any, settings: Settings, vision: bool) -> tuple[Any, list[str], str | None]:
+    """(target_modules, modules_to_save, exclude regex): the projector is trained in full, never LoRA'd."""
+    import re
+
+    import torch
+
+    projector = []
+    if vision:
+        for name, _module in model.named_modules():
+            if re.search(r"(^|\.)visual\.merger$", name) or re.search(r"(^|\.)deepstack_merger_list\.\d+$", name):
+                projector.append(name)
+    exclude = r".*(visual\.merger|deepstack_merger_list\.\d+)\..*" if projector else None
+    targets = settings.lora_targets
+    if targets == "all-linear":
+        names = set()
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
+                if exclude and re.fullmatch(exclude, name):
+                    continue
+                names.add(name.rsplit(".", 1)[-1])
+        return sorted(names), projector, exclude
+    wanted = [t for t in targets if t.lower() not in PROJECTOR_ALIASES]
+    if not wanted:
+        raise InvalidInputError("lora_target_modules names only the projector; add the layers to adapt "
+                                "(e.g. q_proj, v_proj) or use 'all-linear'.")
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    unknown = [t for t in wanted if t not in present and not any(n.endswith(t) for n, _ in model.named_modules())]
+    if unknown:
+        raise InvalidInputError(f"lora_target_modules {unknown} match no layer of {settings.base_model}.",
+                                hint="Use 'all-linear', or names such as q_proj, k_proj, v_proj, o_proj, "
+                                "gate_proj, up_proj, down_proj.")
+    return wanted, projector, exclude
+
+
+def _wrap_lora(model: Any, settings: Settings, vision: bool) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    targets, projector, exclude = _lora_targets(model, settings, vision)
+    config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                        target_modules=targets, modules_to_save=projector or None, exclude_modules=exclude,
+                        bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def _save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, settings: Settings, model_id: str,
+                summary: dict[str, Any]) -> None:
+    import json
+    import shutil
+    import tempfile
+
+    from synth_ai.backend.ml.loading import MODEL_CARD
+
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".final.", dir=final_dir.parent))
+    try:
+        model.save_pretrained(str(staging))  # LoRA: adapter files only; full: the whole model
+        tokenizer.save_pretrained(str(staging))
+        for extra in ("preprocessor_config.json", "generation_config.json", "chat_template.jinja"):
+            source = Path(base_path) / extra
+            if source.exists() and not (staging / extra).exists():
+                shutil.copy2(source, staging / extra)
+        card = {"kind": "fine_tuned", "model_id": model_id, "base_model": settings.base_model,
+                "job_id": settings.job_id, "training_kind": settings.mode, **summary,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (staging / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+        if final_dir.exists():
+            shutil.rmtree(final_dir)
+        os.replace(staging, final_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
