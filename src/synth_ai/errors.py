@@ -101,6 +101,11 @@ class ServerError(SynthError):
     code = "server"
 
 
+class RateLimitError(SynthError):
+    exit_code = ExitCode.SERVER
+    code = "rate_limited"
+
+
 class UnavailableError(SynthError):
     exit_code = ExitCode.UNAVAILABLE
     code = "unavailable"
@@ -194,3 +199,20 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     return repr(value)
+
+
+_ERROR_BY_CODE: dict[ExitCode, type[SynthError]] = {
+    ExitCode.INVALID_INPUT: InvalidInputError,
+    ExitCode.AUTH: AuthError,
+    ExitCode.NETWORK: NetworkError,
+    ExitCode.JOB_FAILED: JobFailedError,
+    ExitCode.TIMEOUT: DeadlineError,
+    ExitCode.NOT_FOUND: NotFoundError,
+    ExitCode.SERVER: ServerError,
+    ExitCode.UNAVAILABLE: UnavailableError,
+}
+
+
+def error_for_exit_code(code: ExitCode, message: str, *, hint: str | None = None, details: Any = None) -> SynthError:
+    """The error type that exits with `code` (for checks that report an exit code rather than raise)."""
+    return _ERROR_BY_CODE.get(code, SynthError)(message, hint=hint, details=details)

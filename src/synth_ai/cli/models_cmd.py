@@ -15,9 +15,11 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         mode: str = typer.Option(None, "--mode", help="Only models trainable this way: sft or rl."),
         family: str = typer.Option(None, "--family", help="Only this family, e.g. Qwen3-VL."),
+        backend: str = typer.Option(None, "--backend", help="Also list this backend's fine-tuned models (default: "
+                                    "the embedded backend, when it runs)."),
         json_flag: bool = json_option(),
     ) -> None:
-        """List the registry's models."""
+        """List the registry's models, and the fine-tuned models of the backend."""
         from synth_ai.errors import InvalidInputError
         from synth_ai.models.registry import all_models, experimental_ids
 
@@ -31,6 +33,7 @@ def register(app: typer.Typer) -> None:
             and (family is None or m.family.lower() == family.lower())
         ]
         docs = [m.to_dict(experimental=m.id in experimental) for m in models]
+        fine_tuned, source = _fine_tuned_models(out, backend)
 
         def human(o) -> None:
             o.table(
@@ -39,8 +42,15 @@ def register(app: typer.Typer) -> None:
                   "+".join(d["modalities"]), ",".join(d["training_modes"]), "yes" if d["supports_thinking"] else ""]
                  for d in docs],
             )
+            if source:
+                o.table(["fine_tuned_model", "base_model", "job_id", "created_at"],
+                        [[f.get("id"), f.get("base_model"), f.get("job_id"), f.get("created_at")] for f in fine_tuned],
+                        title=f"Fine-tuned models on {source}")
 
-        out.result({"models": docs}, human)
+        result = {"models": docs}
+        if source:
+            result.update(fine_tuned=fine_tuned, backend=source)
+        out.result(result, human)
 
     @group.command("get")
     def get_model(
@@ -66,3 +76,22 @@ def register(app: typer.Typer) -> None:
         out.result(doc, human)
 
     app.add_typer(group, name="models")
+
+
+def _fine_tuned_models(out, backend_flag: str | None) -> tuple[list[dict], str | None]:
+    """Fine-tuned models from `--backend`, or from the embedded backend when one runs here (never started)."""
+    from synth_ai.client.connect import open_api
+    from synth_ai.env.backend_url import resolve_backend
+
+    target = resolve_backend(backend_flag)
+    if backend_flag is None and target.embedded:
+        from synth_ai.backend.daemon import find_local_backend
+
+        if find_local_backend() is None:
+            return [], None
+    api, target = open_api(target, say=out.info, autostart=False)
+    with api.transport:
+        doc = api.models()
+    rows = doc.get("data", []) if isinstance(doc, dict) else list(doc or [])
+    return [r for r in rows if r.get("kind") == "fine_tuned" or str(r.get("id", "")).startswith(
+        ("ft:", "fft:", "qft:", "rl:"))], target.api_base

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+def _width(stream) -> int | None:
+    """Terminals report their width; pipes and files get a wide page so tables don't fold ids (rich's 80 would)."""
+    return None if getattr(stream, "isatty", lambda: False)() else 200
+
+
 class Output:
     def __init__(self, *, json_mode: bool = False) -> None:
         self.json_mode = json_mode
@@ -31,7 +36,7 @@ class Output:
         if self._out is None:
             from rich.console import Console
 
-            self._out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+            self._out = Console(file=sys.stdout, highlight=False, soft_wrap=True, width=_width(sys.stdout))
         return self._out
 
     @property
@@ -39,7 +44,7 @@ class Output:
         if self._err is None:
             from rich.console import Console
 
-            self._err = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+            self._err = Console(file=sys.stderr, highlight=False, soft_wrap=True, width=_width(sys.stderr))
         return self._err
 
     def _print(self, text: str, *, stderr: bool = False, style: str | None = None) -> None:

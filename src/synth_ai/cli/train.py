@@ -6,7 +6,7 @@ from enum import Enum
 
 import typer
 
-from synth_ai.cli.app import output_of
+from synth_ai.cli.app import json_option, output_of
 
 
 class TrainType(str, Enum):
@@ -45,13 +45,14 @@ def register(app: typer.Typer) -> None:
                                                    help="cli: event lines; chart: a live loss chart."),
         examples: int = typer.Option(None, "--examples", help="SFT: upload only the first N records."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the exact requests, send nothing."),
+        json_flag: bool = json_option(),
     ) -> None:
         """Train with SFT or RL (GSPO) from a TOML config."""
         from synth_ai.cli.prompts import choose
-        from synth_ai.errors import InvalidInputError, UnavailableError
+        from synth_ai.errors import InvalidInputError
         from synth_ai.train.prepare import TrainOptions, prepare_training
 
-        out = output_of(ctx)
+        out = output_of(ctx, json_flag)
         if poll_interval <= 0 or poll_timeout <= 0:
             raise InvalidInputError("--poll-interval and --poll-timeout must be greater than zero.",
                                     hint="e.g. --poll-interval 5 --poll-timeout 3600")
@@ -64,14 +65,67 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             _print_dry_run(out, prepared)
             return
-        raise UnavailableError(
-            "Submitting training jobs is not available in this version yet: the config is valid, but nothing was sent.",
-            hint="Run the same command with --dry-run to see the exact requests it will make.",
-        )
+        _submit_and_follow(out, prepared, options, poll=poll, poll_interval=poll_interval,
+                           poll_timeout=poll_timeout, stream_format=stream_format.value)
+
+
+def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: float, poll_timeout: float,
+                       stream_format: str) -> None:
+    from synth_ai.cli.follow_view import follow_and_report
+    from synth_ai.client.connect import open_api
+    from synth_ai.client.idempotency import IdempotencyStore
+    from synth_ai.train.submit import Hooks, submit
+
+    config = prepared.config
+    out.info(f"Using config: {config.source.display} ({config.kind})")
+    out.issues(config.issues)
+    for notice in prepared.notices:
+        out.note(notice)
+    api, backend = open_api(prepared.backend, say=out.info)
+    out.info(f"Backend: {backend.api_base} ({backend.source})")
+    store = IdempotencyStore()
+    hooks = Hooks(say=out.info, warn=out.warn, upload_progress=_progress_printer(out))
+    try:
+        submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples, hooks=hooks,
+                           store=store)
+        jobs = api.sft if submitted.kind == "sft" else api.rl
+        if not poll:
+            doc = {"job_id": submitted.job_id, "status": submitted.job.get("status", "queued"),
+                   "type": submitted.kind, "backend": backend.api_base}
+            out.result(doc, lambda o: o.info(f"Started job {submitted.job_id} (polling disabled); follow it with "
+                                             f"`synth-ai jobs events {submitted.job_id} --follow`"))
+            return
+        follow_and_report(out, jobs, submitted.job_id, interval=poll_interval, timeout=poll_timeout,
+                          stream_format=stream_format, on_end=lambda: store.forget(*submitted.fingerprints))
+    finally:
+        api.close()
+
+
+def _progress_printer(out):
+    """Upload progress with bytes/s, on a terminal only (logs and JSON stay clean)."""
+    import sys
+    import time
+
+    if out.json_mode or not sys.stdout.isatty():
+        return None
+    started: dict[str, float] = {}
+
+    def show(label: str, sent: int, total: int) -> None:
+        begin = started.setdefault(label, time.monotonic())
+        rate = sent / max(time.monotonic() - begin, 1e-6) / 1e6
+        end = "\n" if sent >= total else ""
+        sys.stdout.write(f"\r  {label}: {sent / 1e6:,.1f}/{total / 1e6:,.1f} MB ({rate:,.1f} MB/s)" + end)
+        sys.stdout.flush()
+
+    return show
 
 
 def _print_dry_run(out, prepared) -> None:
     config = prepared.config
+    notices = list(prepared.notices)
+    if prepared.missing_api_key:
+        notices.append("No API key for this backend yet: run `synth-ai setup` (hosted) or `synth-ai setup --local` "
+                       "(embedded), or set SYNTH_API_KEY.")
     doc = {
         "dry_run": True,
         "type": config.kind,
@@ -82,7 +136,7 @@ def _print_dry_run(out, prepared) -> None:
         "env_files": [str(p) for p in prepared.env_files],
         "requests": [r.to_dict() for r in prepared.plan.requests],
         "warnings": [i.to_dict() for i in config.warnings],
-        "notes": [i.to_dict() for i in config.notes] + [{"message": n} for n in prepared.notices],
+        "notes": [i.to_dict() for i in config.notes] + [{"message": n} for n in notices],
     }
     if config.kind == "rl":
         doc["task_url"] = config.task_url
@@ -95,7 +149,7 @@ def _print_dry_run(out, prepared) -> None:
         for path in prepared.env_files:
             o.info(f"Using env file: {path}")
         o.issues(config.issues)
-        for notice in prepared.notices:
+        for notice in notices:
             o.note(notice)
         o.info("")
         o.info("Dry run: nothing was sent. These are the requests `synth-ai train` would make:")

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from synth_ai.client.connect import api_key_for
 from synth_ai.config.common import ResolveContext
 from synth_ai.config.discovery import discover_configs
 from synth_ai.config.kinds import infer_training_kind
@@ -14,7 +15,7 @@ from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.loader import load_config
 from synth_ai.config.toml_source import display_path, load_toml
 from synth_ai.env.backend_url import BackendTarget, resolve_backend
-from synth_ai.env.dotenv_files import find_nearest_env, get_env, load_env_files
+from synth_ai.env.dotenv_files import find_nearest_env, load_env_files
 from synth_ai.errors import ConfigError, ConfigIssue, InvalidInputError
 from synth_ai.train.plan import TrainPlan, plan_rl, plan_sft
 
@@ -40,6 +41,7 @@ class PreparedTraining:
     plan: TrainPlan
     env_files: list[Path]
     notices: list[str] = field(default_factory=list)  # things the user should know (ignored flags, ...)
+    missing_api_key: bool = False  # no key yet (the embedded backend creates one when it first starts)
 
 
 def select_config(options: TrainOptions, choose) -> tuple[Path, str | None]:
@@ -85,14 +87,13 @@ def prepare_training(options: TrainOptions, choose) -> PreparedTraining:
     config = load_config(path, kind, ctx)
     notices = _ignored_flags(options, kind)
     backend = resolve_backend(options.backend)
-    api_key = get_env("SYNTH_API_KEY")
+    api_key = api_key_for(backend)
     if kind == "sft":
         plan = plan_sft(config, backend, api_key=api_key, examples=options.examples, idempotency=options.idempotency)
     else:
         plan = plan_rl(config, backend, api_key=api_key, environ=os.environ, idempotency=options.idempotency)
-    if not api_key:
-        notices.append("SYNTH_API_KEY is not set: run `synth-ai setup` (or pass --env-file) before submitting.")
-    return PreparedTraining(config=config, backend=backend, plan=plan, env_files=env_files, notices=notices)
+    return PreparedTraining(config=config, backend=backend, plan=plan, env_files=env_files, notices=notices,
+                            missing_api_key=not api_key)
 
 
 def _ignored_flags(options: TrainOptions, kind: str) -> list[str]:

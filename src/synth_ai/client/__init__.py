@@ -1,0 +1,1 @@
+"""The HTTP client of the Synth learning API: one transport, thin typed resources."""

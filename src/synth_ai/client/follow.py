@@ -1,0 +1,156 @@
+"""Following a job to its end: status, events (`since_seq`), metrics (`after_step`) and timeline, one poller for
+SFT and RL.
+
+Rules: terminal statuses come from one enum; an unknown status keeps polling until the deadline; the deadline is
+read from a monotonic clock (`--poll-timeout`), not summed from sleeps; transient errors are retried and a run of
+them ends with the job id and the command to resume; metric step 0 is kept; the end is confirmed over REST and
+carries `fine_tuned_model`. Clock and sleep are injectable so tests need no real waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from synth_ai.client.resources import Jobs
+from synth_ai.errors import DeadlineError, NetworkError, ServerError
+
+
+class JobStatus(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @classmethod
+    def parse(cls, raw: Any) -> JobStatus | None:
+        """Known statuses and their synonyms; None for anything else (which is not terminal)."""
+        text = str(raw or "").strip().lower()
+        return _SYNONYMS.get(text)
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+_SYNONYMS = {
+    "queued": JobStatus.QUEUED, "pending": JobStatus.QUEUED, "created": JobStatus.QUEUED,
+    "running": JobStatus.RUNNING, "in_progress": JobStatus.RUNNING, "training": JobStatus.RUNNING,
+    "succeeded": JobStatus.SUCCEEDED, "completed": JobStatus.SUCCEEDED, "success": JobStatus.SUCCEEDED,
+    "failed": JobStatus.FAILED, "error": JobStatus.FAILED, "errored": JobStatus.FAILED,
+    "cancelled": JobStatus.CANCELLED, "canceled": JobStatus.CANCELLED,
+}
+
+TERMINAL_EVENTS = {
+    "sft.job.completed": JobStatus.SUCCEEDED, "rl.train.completed": JobStatus.SUCCEEDED,
+    "rl.job.completed": JobStatus.SUCCEEDED, "workflow.completed": JobStatus.SUCCEEDED,
+    "training.completed": JobStatus.SUCCEEDED,
+    "sft.job.failed": JobStatus.FAILED, "rl.train.failed": JobStatus.FAILED, "rl.job.failed": JobStatus.FAILED,
+    "workflow.failed": JobStatus.FAILED, "training.failed": JobStatus.FAILED,
+    "sft.job.cancelled": JobStatus.CANCELLED, "rl.job.cancelled": JobStatus.CANCELLED,
+}
+
+
+@dataclass
+class Update:
+    kind: str  # "status" | "event" | "metric" | "timeline"
+    data: dict[str, Any]
+
+
+@dataclass
+class FollowResult:
+    job_id: str
+    status: str
+    job: dict[str, Any] = field(default_factory=dict)
+    fine_tuned_model: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return JobStatus.parse(self.status) == JobStatus.SUCCEEDED
+
+
+def resume_command(job_id: str) -> str:
+    return f"synth-ai jobs events {job_id} --follow"
+
+
+def follow_job(
+    jobs: Jobs,
+    job_id: str,
+    *,
+    interval: float,
+    timeout: float,
+    on_update: Callable[[Update], None] = lambda _u: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    max_consecutive_errors: int = 5,
+) -> FollowResult:
+    deadline = clock() + timeout
+    since_seq, after_step = 0, -1
+    seen_metrics: set[tuple[str, int]] = set()
+    seen_timeline: set[tuple[str, str]] = set()
+    last_status: str | None = None
+    terminal: JobStatus | None = None
+    failures = 0
+    job: dict[str, Any] = {}
+    event_model: str | None = None
+    while True:
+        try:
+            job = jobs.get(job_id)
+            status_text = str(job.get("status") or job.get("state") or "").lower()
+            if status_text and status_text != last_status:
+                last_status = status_text
+                on_update(Update("status", job))
+            for event in jobs.events(job_id, since_seq=since_seq):
+                seq = event.get("seq")
+                if isinstance(seq, int):
+                    since_seq = max(since_seq, seq)
+                on_update(Update("event", event))
+                terminal = terminal or TERMINAL_EVENTS.get(str(event.get("type", "")))
+                data = event.get("data")
+                if isinstance(data, dict) and isinstance(data.get("fine_tuned_model"), str):
+                    event_model = data["fine_tuned_model"]
+            for point in jobs.metrics(job_id, after_step=after_step):
+                step = point.get("step")
+                step = step if isinstance(step, int) else -1
+                key = (str(point.get("name")), step)
+                if key in seen_metrics:
+                    continue
+                seen_metrics.add(key)
+                on_update(Update("metric", point))
+                after_step = max(after_step, step) if step >= 0 else after_step
+            for entry in jobs.timeline(job_id):
+                key = (str(entry.get("phase")), str(entry.get("created_at")))
+                if key not in seen_timeline:
+                    seen_timeline.add(key)
+                    on_update(Update("timeline", entry))
+            failures = 0
+        except (NetworkError, ServerError, DeadlineError) as exc:
+            failures += 1
+            if failures >= max_consecutive_errors:
+                raise NetworkError(
+                    f"Lost contact with the backend while following job {job_id} ({failures} failures in a row; "
+                    f"last: {exc.message})", hint=f"The job keeps running. Resume with: {resume_command(job_id)}",
+                    details={"job_id": job_id}) from None
+        parsed = JobStatus.parse(last_status)
+        if (parsed is not None and parsed.terminal) or terminal is not None:
+            break
+        if clock() >= deadline:
+            raise DeadlineError(
+                f"Job {job_id} is still {last_status or 'pending'} after {timeout:g} s (--poll-timeout).",
+                hint=f"The job keeps running. Resume with: {resume_command(job_id)}",
+                details={"job_id": job_id, "status": last_status})
+        sleep(max(0.0, min(interval, deadline - clock())))
+
+    # Confirm the end over REST: the status payload is the source of truth for fine_tuned_model.
+    try:
+        job = jobs.get(job_id)
+    except (NetworkError, ServerError, DeadlineError):
+        pass
+    final = JobStatus.parse(job.get("status") or job.get("state"))
+    status = (final if final is not None and final.terminal else terminal or JobStatus.FAILED).value
+    model = job.get("fine_tuned_model") or event_model
+    return FollowResult(job_id=job_id, status=status, job=job, fine_tuned_model=model)

@@ -1,0 +1,119 @@
+"""Typed resources over the transport: files, SFT (learning) jobs and RL jobs. Paths and fields follow the Synth
+learning API as synth-ai 0.2.17 used it; none of this touches httpx directly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from synth_ai.client.transport import Transport, decode_json
+from synth_ai.client.uploads import multipart_file_body
+from synth_ai.errors import NotFoundError, ServerError
+
+
+def job_id_of(created: Any, url: str) -> str:
+    """The id of a created job: `job_id` or `id` (the reference accepted both)."""
+    if isinstance(created, dict):
+        for key in ("job_id", "id"):
+            if isinstance(created.get(key), str) and created[key]:
+                return created[key]
+    raise ServerError(f"{url} created a job but its answer has no job id: {str(created)[:200]}")
+
+
+class Files:
+    def __init__(self, transport: Transport) -> None:
+        self.t = transport
+
+    def upload(self, path: Path, *, purpose: str = "fine-tune", idempotency_key: str | None = None,
+               filename: str | None = None, on_progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+        def body():
+            return multipart_file_body(path, fields={"purpose": purpose}, filename=filename, on_progress=on_progress)
+
+        response = self.t.request("POST", "/files", idempotency_key=idempotency_key, body_factory=body)
+        created = decode_json(response, self.t.url("/files"))
+        if not (isinstance(created, dict) and created.get("id")):
+            raise ServerError(f"{self.t.url('/files')} accepted the upload but answered without a file id.")
+        return created
+
+    def get(self, file_id: str) -> dict[str, Any]:
+        return self.t.get_json(f"/files/{file_id}")
+
+    def list(self, *, purpose: str | None = None, limit: int = 100) -> Any:
+        params: dict[str, Any] = {"limit": limit}
+        if purpose:
+            params["purpose"] = purpose
+        return self.t.get_json("/files", params=params)
+
+
+class Jobs:
+    """A job family rooted at `prefix` (`/learning/jobs` for SFT, `/rl/jobs` for RL)."""
+
+    def __init__(self, transport: Transport, prefix: str, fallbacks: tuple[str, ...] = ()) -> None:
+        self.t = transport
+        self.prefix = prefix
+        self.fallbacks = fallbacks
+
+    def create(self, payload: dict[str, Any], *, idempotency_key: str | None) -> dict[str, Any]:
+        return self.t.post_json(self.prefix, payload, idempotency_key=idempotency_key)
+
+    def start(self, job_id: str, *, idempotency_key: str | None) -> Any:
+        return self.t.post_json(f"{self.prefix}/{job_id}/start", {}, idempotency_key=idempotency_key)
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        """The job; RL jobs fall back to `/learning/jobs` and `/orchestration/jobs` as the reference did."""
+        last: NotFoundError | None = None
+        for prefix in (self.prefix, *self.fallbacks):
+            try:
+                return self.t.get_json(f"{prefix}/{job_id}")
+            except NotFoundError as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def events(self, job_id: str, *, since_seq: int = 0, limit: int = 200) -> list[dict[str, Any]]:
+        doc = self.t.get_json(f"{self.prefix}/{job_id}/events", params={"since_seq": since_seq, "limit": limit})
+        return list(doc.get("events", [])) if isinstance(doc, dict) else []
+
+    def metrics(self, job_id: str, *, after_step: int = -1, limit: int = 200) -> list[dict[str, Any]]:
+        doc = self.t.get_json(f"{self.prefix}/{job_id}/metrics", params={"after_step": after_step, "limit": limit})
+        return list(doc.get("points", [])) if isinstance(doc, dict) else []
+
+    def timeline(self, job_id: str) -> list[dict[str, Any]]:
+        doc = self.t.get_json(f"{self.prefix}/{job_id}/timeline")
+        return list(doc.get("events", [])) if isinstance(doc, dict) else []
+
+    def cancel(self, job_id: str) -> Any:
+        return self.t.post_json(f"{self.prefix}/{job_id}/cancel", {})
+
+    def list(self, *, status: str | None = None, type_: str | None = None, limit: int = 50) -> Any:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        if type_:
+            params["type"] = type_
+        return self.t.get_json(self.prefix, params=params)
+
+
+class RL(Jobs):
+    def __init__(self, transport: Transport) -> None:
+        super().__init__(transport, "/rl/jobs", fallbacks=("/learning/jobs", "/orchestration/jobs"))
+
+    def verify_task_app(self, task_url: str) -> dict[str, Any]:
+        return self.t.post_json("/rl/verify_task_app", {"endpoint_base_url": task_url})
+
+
+class SynthAPI:
+    """All resources over one transport."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.files = Files(transport)
+        self.sft = Jobs(transport, "/learning/jobs")
+        self.rl = RL(transport)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def models(self) -> Any:
+        return self.transport.get_json("/learning/models")

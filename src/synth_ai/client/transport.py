@@ -1,0 +1,238 @@
+"""The one HTTP transport every command uses to reach a Synth backend (hosted or embedded).
+
+It owns every transport concern so resources never touch httpx: the `/api` base, `Authorization: Bearer`, finite
+timeouts, retries with jittered exponential backoff honouring `Retry-After` / `retry-after-ms`, the
+`Idempotency-Key` of a create (the same key on every retry), redaction of secrets in errors, and the mapping of
+failures to `synth_ai.errors` types.
+
+What is retried: connection failures (the request never left), 408, 429 and 5xx. Read timeouts and dropped
+connections after the request was sent are retried only when repeating is safe: GET, or a request carrying an
+idempotency key. 400, 401, 403, 404, 409, 413 and 422 are never retried.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from synth_ai import __version__
+from synth_ai.env.secrets import redact
+from synth_ai.errors import (
+    AuthError,
+    DeadlineError,
+    InvalidInputError,
+    NetworkError,
+    NotFoundError,
+    RateLimitError,
+    ServerError,
+    UnavailableError,
+)
+
+RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS", "DELETE"}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+    max_retry_after: float = 60.0  # a server asking to wait longer than this fails fast instead
+
+    def backoff(self, attempt: int) -> float:
+        """Exponential backoff with full jitter on its upper half: attempt 0 -> 0.25..0.5 s, capped."""
+        ceiling = min(self.max_delay, self.base_delay * (2**attempt))
+        return ceiling * (0.5 + random.random() / 2)
+
+
+DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=60.0, write=60.0, pool=5.0)
+
+# Fault-injection seam for tests: when set, every Transport sends through this httpx transport (which may wrap a
+# real one). Production code never sets it.
+HTTP_TRANSPORT_OVERRIDE: httpx.BaseTransport | None = None
+
+
+class Transport:
+    def __init__(
+        self,
+        api_base: str,
+        api_key: str | None,
+        *,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = RetryPolicy(),
+        sleep: Callable[[float], None] = time.sleep,
+        http_transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.api_base = api_base.rstrip("/")
+        self.api_key = api_key
+        self.retry = retry
+        self._sleep = sleep
+        headers = {"User-Agent": f"synth-ai/{__version__}", "Accept": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.Client(base_url=self.api_base, headers=headers, timeout=timeout,
+                                  transport=http_transport or HTTP_TRANSPORT_OVERRIDE, follow_redirects=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def url(self, path: str) -> str:
+        return f"{self.api_base}/{path.lstrip('/')}"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        body_factory: Callable[[], tuple[Iterable[bytes], dict[str, str]]] | None = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> httpx.Response:
+        """Send with retries; return the successful response or raise a typed error.
+
+        `body_factory` makes a fresh streaming body (and its headers) for each attempt, for uploads.
+        """
+        method = method.upper()
+        headers: dict[str, str] = {}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        can_repeat_after_send = method in SAFE_METHODS or idempotency_key is not None
+        attempt = 0
+        while True:
+            content = None
+            attempt_headers = dict(headers)
+            if body_factory is not None:
+                content, extra = body_factory()
+                attempt_headers.update(extra)
+            try:
+                response = self._http.request(method, path, json=json, params=params, content=content,
+                                              headers=attempt_headers, timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                if attempt < self.retry.max_retries:
+                    self._sleep(self.retry.backoff(attempt))
+                    attempt += 1
+                    continue
+                raise NetworkError(
+                    f"Cannot reach the backend at {self.api_base} ({type(exc).__name__}).",
+                    hint="Check --backend / BACKEND_BASE_URL, or start the embedded backend with "
+                         "`synth-ai backend start`.",
+                ) from None
+            except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
+                if can_repeat_after_send and attempt < self.retry.max_retries:
+                    self._sleep(self.retry.backoff(attempt))
+                    attempt += 1
+                    continue
+                raise DeadlineError(
+                    f"{method} {self.url(path)} timed out ({type(exc).__name__}); the server may still have acted.",
+                    hint="Retry the same command: creates carry an idempotency key, so nothing is done twice.",
+                ) from None
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                if can_repeat_after_send and attempt < self.retry.max_retries:
+                    self._sleep(self.retry.backoff(attempt))
+                    attempt += 1
+                    continue
+                raise NetworkError(f"The connection to {self.api_base} broke during {method} {path} "
+                                   f"({type(exc).__name__}).", hint="Retry the command.") from None
+            if response.status_code < 400:
+                return response
+            if response.status_code in RETRYABLE_STATUS and attempt < self.retry.max_retries:
+                wait = retry_after_seconds(response.headers)
+                if wait is not None and wait > self.retry.max_retry_after:
+                    raise _status_error(method, self.url(path), response,
+                                        note=f"the server asked to wait {wait:.0f} s before retrying")
+                self._sleep(wait if wait is not None else self.retry.backoff(attempt))
+                attempt += 1
+                continue
+            raise _status_error(method, self.url(path), response)
+
+    def get_json(self, path: str, *, params: Mapping[str, Any] | None = None) -> Any:
+        return decode_json(self.request("GET", path, params=params), self.url(path))
+
+    def post_json(self, path: str, body: Any, *, idempotency_key: str | None = None) -> Any:
+        return decode_json(self.request("POST", path, json=body, idempotency_key=idempotency_key), self.url(path))
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked us to wait: `retry-after-ms`, `Retry-After` seconds or an HTTP date."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(raw) if raw else None
+        if parsed is None:
+            return None
+        return max(0.0, parsed.timestamp() - time.time())
+
+
+def decode_json(response: httpx.Response, url: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise ServerError(f"{url} answered {response.status_code} with a body that is not JSON: "
+                          f"{redact(response.text[:200])!r}", hint="Is --backend pointing at a Synth backend?") from None
+
+
+def server_detail(response: httpx.Response) -> Any:
+    """The error the server explained, as JSON when it sent JSON."""
+    try:
+        body = response.json()
+    except ValueError:
+        return redact(response.text[:500])
+    if isinstance(body, dict) and "detail" in body:
+        body = body["detail"]
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    return body
+
+
+def _detail_text(detail: Any) -> str:
+    if isinstance(detail, dict):
+        return str(detail.get("message") or detail.get("detail") or detail)
+    if isinstance(detail, list):  # FastAPI validation errors
+        return "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in detail[:5])
+    return str(detail)
+
+
+def _status_error(method: str, url: str, response: httpx.Response, *, note: str | None = None):
+    status = response.status_code
+    detail = server_detail(response)
+    text = redact(_detail_text(detail))
+    where = f"{method} {url} -> {status}"
+    details = {"status": status, "url": url, "detail": detail}
+    if status in (401, 403):
+        return AuthError(f"The backend refused the API key ({where}): {text}",
+                         hint="Check SYNTH_API_KEY (run `synth-ai setup`, or `synth-ai setup --local` for the "
+                              "embedded backend).", details=details)
+    if status == 404:
+        return NotFoundError(f"Not found ({where}): {text}", details=details)
+    if status == 501:
+        return UnavailableError(f"Not available on this backend ({where}): {text}", details=details)
+    if status == 429:
+        return RateLimitError(f"Rate limited ({where}){': ' + note if note else ''}.",
+                              hint="Wait and run the same command again.", details=details)
+    if status >= 500 or status == 408:
+        return ServerError(f"The backend failed ({where}){': ' + note if note else ''}: {text}",
+                           hint="Retry later; if it persists, check the backend's log.", details=details)
+    return InvalidInputError(f"The backend rejected the request ({where}): {text}", details=details)

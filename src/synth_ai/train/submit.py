@@ -1,0 +1,192 @@
+"""Submitting a prepared training run: SFT (validate → upload → wait ready → create → start) and RL (verify the task
+app through the backend → check it locally → create). Following the job is `synth_ai.client.follow`.
+
+Every create carries an idempotency key remembered per logical operation (`client/idempotency.py`), so running
+the same command again after a crash, a timeout or Ctrl-C finds the same file and the same job.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from synth_ai.client.idempotency import IdempotencyStore, fingerprint
+from synth_ai.client.resources import SynthAPI, job_id_of
+from synth_ai.config.toml_source import display_path
+from synth_ai.env.dotenv_files import get_env
+from synth_ai.errors import AuthError, InvalidInputError, error_for_exit_code
+from synth_ai.train.payloads import build_rl_payload, build_sft_payload
+from synth_ai.train.prepare import PreparedTraining
+
+READY = {"ready", "stored", "complete", "completed", "processed", "succeeded"}
+INVALID = {"invalid", "failed", "error", "rejected"}
+
+
+@dataclass
+class Submitted:
+    kind: str
+    job_id: str
+    api_base: str
+    job: dict[str, Any] = field(default_factory=dict)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    fingerprints: list[str] = field(default_factory=list)  # idempotency entries to forget once the job ends
+
+
+@dataclass
+class Hooks:
+    """How the flow talks to the person running it (the CLI passes its output sink)."""
+
+    say: Callable[[str], None] = lambda _m: None
+    warn: Callable[[str], None] = lambda _m: None
+    upload_progress: Callable[[str, int, int], None] | None = None  # (label, sent, total)
+
+
+def submit(prepared: PreparedTraining, api: SynthAPI, *, idempotency: str | None, examples: int | None,
+           hooks: Hooks, store: IdempotencyStore | None = None, clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> Submitted:
+    store = store or IdempotencyStore()
+    if prepared.config.kind == "sft":
+        return _submit_sft(prepared, api, idempotency=idempotency, examples=examples, hooks=hooks, store=store,
+                           clock=clock, sleep=sleep)
+    return _submit_rl(prepared, api, idempotency=idempotency, hooks=hooks, store=store)
+
+
+# SFT ------------------------------------------------------------------------------------------------------------
+def _submit_sft(prepared, api: SynthAPI, *, idempotency, examples, hooks: Hooks, store: IdempotencyStore,
+                clock, sleep) -> Submitted:
+    from synth_ai.datasets import first_n_records, validate_jsonl
+
+    config = prepared.config
+    api_base = api.transport.api_base
+    model = config.model.canonical if config.model else None
+    assert config.dataset is not None
+    with tempfile.TemporaryDirectory(prefix="synth-ai-sft-") as scratch:
+        dataset = config.dataset
+        if examples is not None:
+            dataset = Path(scratch) / f"{config.dataset.stem}.head{examples}.jsonl"
+            count = first_n_records(config.dataset, examples, dataset)
+            hooks.say(f"Using the first {count} record(s) of {display_path(config.dataset)}")
+        hooks.say("Validating training dataset…")
+        report = validate_jsonl(dataset, model=model)
+        if not report.ok:
+            raise InvalidInputError(f"{display_path(config.dataset)}: the dataset is invalid; nothing was uploaded.\n"
+                                    + report.render(), hint="Fix the listed lines; `synth-ai files validate "
+                                    f"{display_path(config.dataset)}` re-checks the file.",
+                                    details=report.to_dict())
+        for warning in report.warnings:
+            hooks.warn(f"{display_path(config.dataset)}: {warning.render()}")
+        validation_report = None
+        if config.validation_dataset is not None:
+            hooks.say("Validating validation dataset…")
+            validation_report = validate_jsonl(config.validation_dataset, model=model)
+            if not validation_report.ok:
+                raise InvalidInputError(f"{display_path(config.validation_dataset)}: the validation dataset is "
+                                        "invalid; nothing was uploaded.\n" + validation_report.render(),
+                                        details=validation_report.to_dict())
+
+        fingerprints: list[str] = []
+        training = _upload(api, dataset, report.sha256, "training dataset", hooks, store, fingerprints)
+        files = [training]
+        validation_ids = None
+        if validation_report is not None:
+            validation = _upload(api, config.validation_dataset, validation_report.sha256, "validation dataset",
+                                 hooks, store, fingerprints)
+            files.append(validation)
+            validation_ids = [validation["id"]]
+        for doc in files:
+            _wait_ready(api, doc, hooks, clock=clock, sleep=sleep)
+
+    payload = build_sft_payload(config, training_file_id=training["id"], validation_file_ids=validation_ids)
+    create_fp = fingerprint("sft.create", api_base, payload)
+    fingerprints.append(create_fp)
+    hooks.say(f"Creating the job: POST {api.transport.url('/learning/jobs')}")
+    created = api.sft.create(payload, idempotency_key=store.key_for(create_fp, explicit=idempotency))
+    job_id = job_id_of(created, api.transport.url("/learning/jobs"))
+    hooks.say(f"✓ Job created (id={job_id})")
+    start_fp = fingerprint("sft.start", api_base, job_id)
+    fingerprints.append(start_fp)
+    api.sft.start(job_id, idempotency_key=store.key_for(start_fp))
+    hooks.say("✓ Job started")
+    return Submitted("sft", job_id, api_base, job=created if isinstance(created, dict) else {}, files=files,
+                     fingerprints=fingerprints)
+
+
+def _upload(api: SynthAPI, path: Path, sha256: str | None, label: str, hooks: Hooks, store: IdempotencyStore,
+            fingerprints: list[str]) -> dict[str, Any]:
+    size = path.stat().st_size
+    fp = fingerprint("files.upload", api.transport.api_base, sha256 or str(path.resolve()), path.name, size)
+    fingerprints.append(fp)
+    hooks.say(f"Uploading {label}: {display_path(path)} ({size:,} bytes) to {api.transport.url('/files')}")
+    progress = None
+    if hooks.upload_progress is not None:
+        def progress(sent: int, _label: str = label) -> None:
+            hooks.upload_progress(_label, sent, size)  # type: ignore[misc]
+    doc = api.files.upload(path, idempotency_key=store.key_for(fp), on_progress=progress)
+    hooks.say(f"✓ {label.capitalize()} uploaded (id={doc['id']}, status={doc.get('status', 'unknown')})")
+    return doc
+
+
+def _wait_ready(api: SynthAPI, doc: dict[str, Any], hooks: Hooks, *, clock, sleep) -> dict[str, Any]:
+    """Poll the file until the backend says it is ready; `invalid` stops with the server's line errors."""
+    size = int(doc.get("bytes") or 0)
+    deadline = clock() + 60.0 + size / 10_000_000  # a minute, plus a second per 10 MB to validate
+    while True:
+        status = str(doc.get("status") or doc.get("state") or doc.get("storage_state") or "ready").lower()
+        if status in READY:
+            return doc
+        if status in INVALID:
+            errors = doc.get("errors") or doc.get("validation_errors") or []
+            lines = "\n".join(f"  - {e.get('message', e) if isinstance(e, dict) else e}" for e in errors[:20])
+            raise InvalidInputError(f"The backend rejected file {doc.get('id')} ({doc.get('filename', '')}): "
+                                    f"status {status}.\n{lines}".rstrip(), hint="Fix the dataset and run again; "
+                                    "no job was created.", details=doc)
+        if clock() >= deadline:
+            hooks.warn(f"File {doc.get('id')} is still '{status}'; continuing, the backend checks it again when "
+                       "the job is created.")
+            return doc
+        sleep(1.0)
+        doc = api.files.get(str(doc["id"]))
+
+
+# RL -------------------------------------------------------------------------------------------------------------
+def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: IdempotencyStore) -> Submitted:
+    from synth_ai.taskapp.verify import check_health, check_task_info
+
+    config = prepared.config
+    task_url = config.task_url
+    assert task_url
+    env_key = get_env("ENVIRONMENT_API_KEY")
+    if not env_key:
+        raise AuthError("ENVIRONMENT_API_KEY is required for RL: the trainer and this check call the task app "
+                        "with it.", hint="Run `synth-ai setup --local`, or pass --env-file with "
+                        "ENVIRONMENT_API_KEY=...")
+    hooks.say(f"Verifying the task app through the backend: POST {api.transport.url('/rl/verify_task_app')}")
+    verdict = api.rl.verify_task_app(task_url)
+    if not (isinstance(verdict, dict) and verdict.get("any_ok")):
+        raise AuthError(f"The backend could not use the task app at {task_url}: no key/header combination was "
+                        "accepted by /health and /task_info.", hint="Check that the task app runs and that its "
+                        "ENVIRONMENT_API_KEY is registered with the backend (`synth-ai setup --local`).",
+                        details=verdict)
+    hooks.say("Verification OK")
+    hooks.say("Performing task app health check…")
+    aliases = [a.strip() for a in os.environ.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
+    for check in (check_health(task_url, env_key, aliases=aliases), check_task_info(task_url, env_key,
+                                                                                    aliases=aliases)):
+        if not check.ok:
+            raise error_for_exit_code(check.exit_code, f"Task app check failed: {check.name}: {check.message}",
+                                      hint=f"Check the task app at {task_url} (`synth-ai task-app validate --url "
+                                           f"{task_url}`).")
+    hooks.say("Task app healthy")
+    payload = build_rl_payload(config, api_base=api.transport.api_base)
+    create_fp = fingerprint("rl.create", api.transport.api_base, payload)
+    hooks.say(f"Creating the job: POST {api.transport.url('/rl/jobs')}")
+    created = api.rl.create(payload, idempotency_key=store.key_for(create_fp, explicit=idempotency))
+    job_id = job_id_of(created, api.transport.url("/rl/jobs"))
+    hooks.say(f"✓ Job created (id={job_id})")
+    return Submitted("rl", job_id, api.transport.api_base, job=created if isinstance(created, dict) else {},
+                     fingerprints=[create_fp])

@@ -1,0 +1,247 @@
+"""`synth-ai train` submitting and following real jobs on a real embedded backend (a `synth-ai backend serve`
+subprocess on a free port, real SQLite, real training of the tiny local model).
+
+Faults are injected at the HTTP transport (`synth_ai.client.transport.HTTP_TRANSPORT_OVERRIDE` wrapping a real
+`httpx.HTTPTransport`): the backend itself is never replaced.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backend_support import BackendProcess, build_tiny_text, link_tiny, wait_for
+from conftest import REPO_ROOT, free_port, run_cli
+
+CONFIG = REPO_ROOT / "examples" / "configs" / "sft_tiny_local.toml"
+DATASET = REPO_ROOT / "examples" / "datasets" / "sft_math_small.jsonl"
+TINY_CACHE = REPO_ROOT / ".pytest_cache" / "synth-ai-tiny-models"
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory):
+    data_dir = tmp_path_factory.mktemp("backend") / "home"
+    data_dir.mkdir()
+    link_tiny(data_dir, build_tiny_text(TINY_CACHE))
+    process = BackendProcess(data_dir).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def key_env(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("SYNTH_API_KEY", backend.key)
+    return backend.key
+
+
+def _train(backend: BackendProcess, *extra: str):
+    return run_cli("train", "--config", str(CONFIG), "--dataset", str(DATASET), "--backend", backend.url,
+                   "--poll-interval", "0.2", *extra)
+
+
+def _jobs(backend: BackendProcess) -> list[dict]:
+    with backend.client() as client:
+        return client.get("/learning/jobs", params={"limit": 200}).json()["data"]
+
+
+def _files(backend: BackendProcess) -> list[dict]:
+    with backend.client() as client:
+        doc = client.get("/files", params={"limit": 1000}).json()
+    return doc.get("data", doc.get("files", []))
+
+
+def test_sft_end_to_end_succeeds_with_fine_tuned_model(backend: BackendProcess, key_env: str) -> None:
+    result = _train(backend)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "✓ Job created" in result.stdout
+    assert "Final status: succeeded" in result.stdout
+    assert "fine_tuned_model: ft:synth-ai/tiny-qwen3:job_" in result.stdout
+    assert "train.loss=" in result.stdout
+    assert key_env not in result.stdout + result.stderr
+
+
+def test_no_poll_prints_job_then_jobs_commands_follow_it(backend: BackendProcess, key_env: str) -> None:
+    result = _train(backend, "--no-poll", "--json", "--idempotency", "no-poll-test-1")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    job_id = doc["job_id"]
+    assert doc["type"] == "sft" and doc["backend"] == f"{backend.url}/api"
+
+    got = run_cli("--json", "jobs", "get", job_id, "--backend", backend.url)
+    assert got.exit_code == 0 and got.json()["id"] == job_id
+
+    followed = run_cli("jobs", "events", job_id, "--follow", "--poll-interval", "0.2", "--backend", backend.url)
+    assert followed.exit_code == 0, followed.stdout + followed.stderr
+    assert "Final status: succeeded" in followed.stdout
+
+    events = run_cli("--json", "jobs", "events", job_id, "--backend", backend.url)
+    types = [e["type"] for e in events.json()["events"]]
+    assert "sft.job.created" in types and "sft.job.completed" in types
+    metrics = run_cli("--json", "jobs", "metrics", job_id, "--name", "train.loss", "--backend", backend.url)
+    steps = [p["step"] for p in metrics.json()["points"]]
+    assert steps and steps[0] == 0, "metric step 0 must be kept"
+
+
+def test_examples_uploads_only_the_first_records(backend: BackendProcess, key_env: str) -> None:
+    before = {f["id"] for f in _files(backend)}
+    result = _train(backend, "--examples", "5", "--no-poll", "--json", "--idempotency", "examples-test")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    new = [f for f in _files(backend) if f["id"] not in before]
+    assert len(new) == 1
+    expected = b"".join(DATASET.read_bytes().splitlines(keepends=True)[:5])
+    assert new[0]["bytes"] == len(expected)
+
+
+def test_bad_dataset_is_refused_with_line_numbers_and_nothing_uploaded(backend: BackendProcess, key_env: str,
+                                                                       tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    good = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+    bad.write_text(good + "\n{not json\n" + json.dumps({"messages": "nope"}) + "\n")
+    before = len(_files(backend))
+    result = run_cli("train", "--config", str(CONFIG), "--dataset", str(bad), "--backend", backend.url)
+    assert result.exit_code == 3
+    assert "Line 2" in result.stderr and "Line 3" in result.stderr
+    assert "nothing was uploaded" in result.stderr
+    assert len(_files(backend)) == before
+
+
+def test_dead_backend_is_a_network_error(key_env: str) -> None:
+    result = run_cli("train", "--config", str(CONFIG), "--dataset", str(DATASET),
+                     "--backend", f"http://127.0.0.1:{free_port()}")
+    assert result.exit_code == 5
+    assert "Cannot reach the backend" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_wrong_key_is_an_auth_error(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SYNTH_API_KEY", "sk_local_wrong_key_0000000000000000")
+    result = _train(backend, "--no-poll")
+    assert result.exit_code == 4
+    assert "refused the API key" in result.stderr
+    assert "sk_local_wrong_key_0000000000000000" not in result.stderr
+
+
+def test_poll_timeout_ends_with_resume_command(backend: BackendProcess, key_env: str, tmp_path: Path) -> None:
+    long = tmp_path / "long.toml"
+    long.write_text(CONFIG.read_text().replace("n_epochs = 3", "n_epochs = 400"))
+    result = run_cli("train", "--config", str(long), "--dataset", str(DATASET), "--backend", backend.url,
+                     "--poll-interval", "0.1", "--poll-timeout", "0.5")
+    assert result.exit_code == 7, result.stdout + result.stderr
+    assert "--poll-timeout" in result.stderr
+    assert "synth-ai jobs events job_" in result.stderr
+    job_id = result.stderr.split("synth-ai jobs events ")[1].split()[0]
+    cancelled = run_cli("--json", "jobs", "cancel", job_id, "--backend", backend.url)
+    assert cancelled.exit_code == 0
+    with backend.client() as client:
+        wait_for(lambda: client.get(f"/learning/jobs/{job_id}").json()["status"] == "cancelled", what="cancel")
+    followed = run_cli("jobs", "events", job_id, "--follow", "--backend", backend.url)
+    assert followed.exit_code == 6, "a cancelled job exits with the job-failed code"
+
+
+class _Faults(httpx.BaseTransport):
+    """Forwards to the real server, except for the faults planned for the first matching requests."""
+
+    def __init__(self, plan: list[str], match: tuple[str, str]) -> None:
+        self.real = httpx.HTTPTransport()
+        self.plan = list(plan)
+        self.match = match
+        self.seen_keys: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if (request.method, request.url.path) == self.match:
+            self.seen_keys.append(request.headers.get("Idempotency-Key"))
+            if self.plan:
+                fault = self.plan.pop(0)
+                if fault == "429":
+                    return httpx.Response(429, headers={"Retry-After": "0"}, json={"detail": "slow down"})
+                if fault == "503":
+                    return httpx.Response(503, json={"detail": "busy"})
+                if fault == "reset":
+                    raise httpx.ConnectError("connection reset by peer", request=request)
+                if fault == "timeout-after-commit":
+                    request.read()
+                    self.real.handle_request(request).close()  # the server acts...
+                    raise httpx.ReadTimeout("timed out reading the answer", request=request)  # ...we never hear
+        return self.real.handle_request(request)
+
+
+@pytest.mark.parametrize("fault", ["429", "503", "reset", "timeout-after-commit"])
+def test_job_created_exactly_once_despite_transport_faults(backend: BackendProcess, key_env: str,
+                                                            monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    import synth_ai.client.transport as transport
+
+    faults = _Faults([fault], ("POST", "/api/learning/jobs"))
+    monkeypatch.setattr(transport, "HTTP_TRANSPORT_OVERRIDE", faults)
+    monkeypatch.setattr(transport.RetryPolicy, "backoff", lambda self, attempt: 0.01)
+    before = {j["id"] for j in _jobs(backend)}
+    result = _train(backend, "--no-poll", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    created = [j for j in _jobs(backend) if j["id"] not in before]
+    assert len(created) == 1, f"{fault}: expected one job, got {len(created)}"
+    assert json.loads(result.stdout)["job_id"] == created[0]["id"]
+    assert len(faults.seen_keys) == 2 and faults.seen_keys[0] == faults.seen_keys[1] is not None
+
+
+def test_rerunning_after_a_crash_finds_the_same_job(backend: BackendProcess, key_env: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that dies after the create (here: the start call fails for good) is resumed by re-running."""
+    import synth_ai.client.transport as transport
+
+    class _DieOnStart(httpx.BaseTransport):
+        real = httpx.HTTPTransport()
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/start"):
+                raise httpx.ConnectError("network down", request=request)
+            return self.real.handle_request(request)
+
+    monkeypatch.setattr(transport.RetryPolicy, "backoff", lambda self, attempt: 0.0)
+    before = {j["id"] for j in _jobs(backend)}
+    monkeypatch.setattr(transport, "HTTP_TRANSPORT_OVERRIDE", _DieOnStart())
+    first = _train(backend, "--no-poll")
+    assert first.exit_code == 5
+    monkeypatch.setattr(transport, "HTTP_TRANSPORT_OVERRIDE", None)
+    second = _train(backend, "--no-poll", "--json")
+    assert second.exit_code == 0, second.stdout + second.stderr
+    created = [j for j in _jobs(backend) if j["id"] not in before]
+    assert len(created) == 1
+    assert json.loads(second.stdout)["job_id"] == created[0]["id"]
+
+
+def test_ctrl_c_detaches_without_cancelling(backend: BackendProcess, key_env: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import synth_ai.client.transport as transport
+
+    class _InterruptOnEvents(httpx.BaseTransport):
+        real = httpx.HTTPTransport()
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "GET" and request.url.path.endswith("/events"):
+                raise KeyboardInterrupt
+            return self.real.handle_request(request)
+
+    long = tmp_path / "long.toml"
+    long.write_text(CONFIG.read_text().replace("n_epochs = 3", "n_epochs = 400"))
+    monkeypatch.setattr(transport, "HTTP_TRANSPORT_OVERRIDE", _InterruptOnEvents())
+    result = run_cli("train", "--config", str(long), "--dataset", str(DATASET), "--backend", backend.url)
+    assert result.exit_code == 130
+    assert "Detached from job" in result.stderr and "keeps running" in result.stderr
+    job_id = result.stderr.split("synth-ai jobs events ")[1].split()[0]
+    with backend.client() as client:
+        assert client.get(f"/learning/jobs/{job_id}").json()["status"] in {"queued", "running"}
+        client.post(f"/learning/jobs/{job_id}/cancel")
+
+
+def test_client_leaves_no_secret_in_files_it_writes(backend: BackendProcess, key_env: str,
+                                                    isolated_home: Path) -> None:
+    result = _train(backend, "--no-poll")
+    assert result.exit_code == 0
+    home = Path(isolated_home).parent / "home"
+    written = [p for p in home.rglob("*") if p.is_file()]
+    assert written, "the client keeps idempotency keys in its data dir"
+    for path in written:
+        assert key_env not in path.read_text(errors="replace"), path
+    assert key_env not in backend.log()
