@@ -1,0 +1,78 @@
+"""Cheap checks of the bench scripts: they parse, and the helpers compute what they should.
+
+Nothing here times anything or builds the reference venv; the benches themselves do that.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture
+def bench_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")))
+def test_bench_script_parses(script: str) -> None:
+    ast.parse((BENCH / script).read_text(), filename=script)
+
+
+def test_reference_env_paths(bench_path: None) -> None:
+    import reference_env as ref
+
+    assert ref.VENV_DIR == BENCH / ".cache" / "ref-venv"
+    assert ref.venv_python() == ref.VENV_DIR / "bin" / "python"
+    assert ref.reference_cli() == ref.VENV_DIR / "bin" / "synth-ai"
+    assert ref.REFERENCE_REQUIREMENT == "synth-ai==0.2.17"
+    env = ref.reference_env()
+    assert env["PATH"].startswith(str(ref.VENV_DIR / "bin"))
+    assert "PYTHONPATH" not in env
+
+
+def test_reference_env_ready_needs_matching_marker(bench_path: None, tmp_path: Path) -> None:
+    import reference_env as ref
+
+    venv = tmp_path / "venv"
+    assert not ref.is_ready(venv)
+    (venv / "bin").mkdir(parents=True)
+    for name in ("python", "synth-ai"):
+        (venv / "bin" / name).write_text("")
+    assert not ref.is_ready(venv)  # no marker: an interrupted build
+    (venv / ref.MARKER.name).write_text(json.dumps({"version": "0.2.16"}))
+    assert not ref.is_ready(venv)
+    (venv / ref.MARKER.name).write_text(json.dumps({"version": ref.REFERENCE_VERSION}))
+    assert ref.is_ready(venv)
+
+
+def test_startup_combined_median_is_per_run_mean(bench_path: None) -> None:
+    import startup
+
+    impl = startup.Impl("x", ["x"], {})
+    impl.samples = {("--help",): [0.1, 0.1, 0.3], ("train", "--help"): [0.2, 0.3, 0.2]}
+    assert startup.combined_median(impl) == pytest.approx(0.2)
+
+
+def test_startup_reports_a_failing_command(bench_path: None, tmp_path: Path) -> None:
+    import startup
+
+    impl = startup.Impl("x", [sys.executable, "-c", "import sys; sys.exit('no such command')"], {})
+    with pytest.raises(startup.CommandFailed, match="exited 1"):
+        startup.run_once(impl, ("--help",), str(tmp_path))
+
+
+def test_startup_finds_forbidden_imports(bench_path: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import startup
+
+    script = tmp_path / "fake-cli"
+    script.write_text("import colorsys\nprint('Usage: fake')\n")
+    monkeypatch.setattr(startup, "FORBIDDEN", ("colorsys",))
+    found, _slowest = startup.forbidden_imports(startup.Impl("x", [str(script)], {}), ("--help",), str(tmp_path))
+    assert found == ["colorsys"]
