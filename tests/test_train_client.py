@@ -19,6 +19,8 @@ from conftest import REPO_ROOT, free_port, run_cli
 CONFIG = REPO_ROOT / "examples" / "configs" / "sft_tiny_local.toml"
 DATASET = REPO_ROOT / "examples" / "datasets" / "sft_math_small.jsonl"
 TINY_CACHE = REPO_ROOT / ".pytest_cache" / "synth-ai-tiny-models"
+ENV_KEY = "sk_env_train_client_0123456789abcdef"
+RL_CONFIG = REPO_ROOT / "examples" / "configs" / "rl_text_qwen3_4b.toml"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory):
     data_dir = tmp_path_factory.mktemp("backend") / "home"
     data_dir.mkdir()
     link_tiny(data_dir, build_tiny_text(TINY_CACHE))
-    process = BackendProcess(data_dir).start()
+    process = BackendProcess(data_dir, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
     yield process
     process.stop()
 
@@ -245,3 +247,78 @@ def test_client_leaves_no_secret_in_files_it_writes(backend: BackendProcess, key
     for path in written:
         assert key_env not in path.read_text(errors="replace"), path
     assert key_env not in backend.log()
+
+
+@pytest.fixture(scope="module")
+def math_app():
+    """The bundled math task app, served by `synth-ai serve` in its own process with its own key."""
+    import subprocess
+
+    from taskapp_support import stop, subprocess_env, synth_ai_command, wait_for_health
+
+    port = free_port()
+    process = subprocess.Popen([*synth_ai_command(), "serve", "math-single-step", "--port", str(port)],
+                               env=subprocess_env(ENVIRONMENT_API_KEY=ENV_KEY), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_health(url, ENV_KEY, process=process)
+        yield url
+    finally:
+        stop(process)
+
+
+@pytest.fixture
+def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    return ENV_KEY
+
+
+def test_rl_path_verifies_checks_and_reaches_the_backend(backend: BackendProcess, key_env: str, env_key: str,
+                                                          math_app: str) -> None:
+    result = run_cli("train", "--type", "rl", "--config", str(RL_CONFIG), "--task-url", math_app,
+                     "--backend", backend.url, "--no-poll")
+    assert "Verification OK" in result.stdout, result.stdout + result.stderr
+    assert "Task app healthy" in result.stdout
+    assert "Creating the job: POST" in result.stdout
+    # The embedded backend does not run RL yet: it answers 501, which the client reports as unavailable.
+    assert result.exit_code == 10
+    assert "not available" in result.stderr.lower()
+    assert ENV_KEY not in result.stdout + result.stderr
+
+
+def test_rl_with_a_wrong_environment_key_fails_the_local_check(backend: BackendProcess, key_env: str,
+                                                               math_app: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", "sk_env_wrong_key_not_accepted_000")
+    result = run_cli("train", "--type", "rl", "--config", str(RL_CONFIG), "--task-url", math_app,
+                     "--backend", backend.url, "--no-poll")
+    assert result.exit_code == 4, result.stdout + result.stderr
+    assert "Task app check failed" in result.stderr
+
+
+def test_rl_with_a_dead_task_app_is_refused_before_any_job(backend: BackendProcess, key_env: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    result = run_cli("train", "--type", "rl", "--config", str(RL_CONFIG), "--task-url",
+                     f"http://127.0.0.1:{free_port()}", "--backend", backend.url, "--no-poll")
+    assert result.exit_code == 4, result.stdout + result.stderr
+    assert "could not use the task app" in result.stderr
+    assert "Creating the job" not in result.stdout
+
+
+def test_chart_stream_format_follows_to_the_end(backend: BackendProcess, key_env: str) -> None:
+    result = _train(backend, "--stream-format", "chart", "--idempotency", "chart-run")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "Using live loss chart (metric=train.loss)" in result.stdout
+    assert "Final status: succeeded" in result.stdout
+
+
+def test_keys_saved_by_setup_are_found_without_a_dotenv(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch,
+                                                        isolated_home: Path) -> None:
+    """`synth-ai setup` writes ~/.synth-ai/config.json; train finds SYNTH_API_KEY there when nothing else has it."""
+    from synth_ai.env.paths import data_dir
+
+    (data_dir() / "config.json").write_text(json.dumps({"SYNTH_API_KEY": backend.key}))
+    monkeypatch.delenv("SYNTH_API_KEY", raising=False)
+    result = _train(backend, "--no-poll", "--idempotency", "saved-key-run")
+    assert result.exit_code == 0, result.stdout + result.stderr

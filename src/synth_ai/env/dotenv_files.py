@@ -52,10 +52,29 @@ def load_env_files(paths: Iterable[str | Path], environ: MutableMapping[str, str
 
 
 def get_env(name: str, environ: MutableMapping[str, str] | None = None) -> str | None:
-    """A variable's value, falling back to its aliases (`TASK_APP_BASE_URL` for `TASK_APP_URL`, ...)."""
+    """A variable's value, falling back to its aliases (`TASK_APP_BASE_URL` for `TASK_APP_URL`, ...) and then,
+    for the process environment, to the keys `synth-ai setup` saved in `~/.synth-ai/config.json`."""
     env = os.environ if environ is None else environ
     for key in (name, *ALIASES.get(name, ())):
         value = env.get(key, "").strip()
         if value:
             return value
+    if environ is None:
+        saved = saved_credentials()
+        for key in (name, *ALIASES.get(name, ())):
+            if saved.get(key, "").strip():
+                return saved[key].strip()
     return None
+
+
+def saved_credentials() -> dict[str, str]:
+    """The flat `config.json` written by `synth-ai setup` (unreadable or malformed: nothing; `setup` reports it)."""
+    import json
+
+    from synth_ai.env.paths import data_dir
+
+    try:
+        doc = json.loads((data_dir(create=False) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in doc.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(doc, dict) else {}
