@@ -1,6 +1,6 @@
 """Compatibility with synth-ai 0.2.17 (when its virtualenv from `bench/reference_env.py` is present): our verifier
-passes the reference's math app with a real rollout, and the reference's `task-app validate --url` and
-`task-app info` pass our served math app."""
+passes the reference's math app with a real rollout, and the reference's `task-app validate --url` (health, info,
+task_info with instances, rollout route) passes our served math app."""
 
 from __future__ import annotations
 
@@ -71,10 +71,7 @@ def test_reference_cli_validates_our_math_app(tmp_path):
         wait_for_health(base, process=process)
         validate = subprocess.run([str(REF_CLI), "task-app", "validate", "math-single-step", "--url", base],
                                   env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
-        info = subprocess.run([str(REF_CLI), "task-app", "info", "--base", base], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=180)
     finally:
         stop(process)
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert "All validations passed" in validate.stdout
-    assert info.returncode == 0 and '"id": "math_single_step"' in info.stdout

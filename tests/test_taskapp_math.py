@@ -119,7 +119,7 @@ def test_unreachable_and_slow_model(math_app):
     assert dead.json()["detail"]["error"]["code"] == "inference_unreachable"
 
     async def slow(body):
-        await asyncio.sleep(2)
+        await asyncio.sleep(1)
         return completion(content="late")
 
     with scripted_model(slow) as (model_url, _):

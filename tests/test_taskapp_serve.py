@@ -111,7 +111,7 @@ def test_missing_environment_api_key_fails_without_prompting(cli):
     assert "synth-ai setup --local" in result.stderr and "--env-file" in result.stderr
 
 
-def test_missing_env_file_is_invalid_input(cli, tmp_path):
+def test_missing_env_file_is_not_found(cli, tmp_path):
     result = cli("task-app", "serve", "math", "--port", str(free_port()), "--env-file", str(tmp_path / "nope.env"))
-    assert result.exit_code == 3
+    assert result.exit_code == 8
     assert "Env file not found" in result.stderr

@@ -26,7 +26,7 @@ def _contract_like_app(*, fault: str | None = None) -> FastAPI:
     @app.get("/health")
     async def health():
         if fault == "slow":
-            await asyncio.sleep(2)
+            await asyncio.sleep(1)
         return {"healthy": True}
 
     if fault != "missing_route":
@@ -106,7 +106,7 @@ def test_contract_like_app_from_another_sdk_passes(cli):
 
 def test_slow_app_is_timeout():
     with running_app(_contract_like_app(fault="slow")) as base:
-        report = check_health(base, ENV_KEY, timeout=0.3)
+        report = check_health(base, ENV_KEY, timeout=0.2)
     assert report.kind == "timeout" and report.exit_code == 7
 
 

@@ -146,18 +146,9 @@ def _key_and_aliases(api_key: str | None) -> tuple[str, list[str]]:
 
 
 def _check_error(result):
-    from synth_ai.errors import (
-        AuthError,
-        DeadlineError,
-        InvalidInputError,
-        NetworkError,
-        NotFoundError,
-        ServerError,
-    )
+    from synth_ai.errors import error_for_exit_code
 
-    cls = {"unreachable": NetworkError, "timeout": DeadlineError, "auth": AuthError, "missing_route": NotFoundError,
-           "schema": InvalidInputError}.get(result.kind, ServerError)
-    return cls(result.message, details=result.to_dict())
+    return error_for_exit_code(result.exit_code, result.message, details=result.to_dict())
 
 
 def _validate_url(url: str, api_key: str | None, kwargs: dict):

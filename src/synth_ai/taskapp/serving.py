@@ -176,20 +176,12 @@ def ensure_port_available(host: str, port: int, *, force: bool, echo: Callable[[
 
 def load_env_files(paths: Iterable[str | os.PathLike[str]], *, required: bool = True,
                    echo: Callable[[str], None] | None = None) -> list[Path]:
-    """Load `.env` files into the process environment without overriding variables already set."""
-    from dotenv import load_dotenv
+    """Load `.env` files without overriding variables already set (`synth_ai.env.dotenv_files`). With
+    `required=False`, missing files are skipped (an entry's optional env files)."""
+    from synth_ai.env import dotenv_files
 
-    loaded: list[Path] = []
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if not path.is_file():
-            if required:
-                raise InvalidInputError(f"Env file not found: {path}",
-                                        hint="Pass an existing file to --env-file, or create one with "
-                                             "`synth-ai setup --local`.")
-            continue
-        load_dotenv(path, override=False)
-        loaded.append(path.resolve())
+    existing = [p for p in paths if required or Path(p).expanduser().is_file()]
+    loaded = dotenv_files.load_env_files(existing)
     if loaded and echo is not None:
         echo(f"[task:server] Loaded environment from: {', '.join(map(str, loaded))}")
     return loaded
