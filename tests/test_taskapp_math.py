@@ -89,8 +89,8 @@ def test_no_tool_call_graded_on_boxed_text(math_app):
 def test_qwen_style_tool_call_in_text_is_understood(math_app):
     base, module = math_app
     expected = _answer_for(module, "train", 0)
-    text = '<tool_call>\n{"name": "math_submit", "arguments": {"answer": "%s"}}\n</tool_call>' % \
-        expected.replace("\\", "\\\\")
+    call = json.dumps({"name": "math_submit", "arguments": {"answer": expected}})
+    text = f"<tool_call>\n{call}\n</tool_call>"
     with scripted_model(lambda body: completion(content=text)) as (model_url, _):
         doc = httpx.post(f"{base}/rollout", json=rollout_body(model_url, seed=0), headers=headers(),
                          timeout=30).json()

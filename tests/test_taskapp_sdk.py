@@ -7,6 +7,7 @@ import struct
 import zlib
 
 import pytest
+from pydantic import ValidationError
 
 from synth_ai.taskapp import (
     RolloutRequest,
@@ -106,7 +107,7 @@ def test_vision_messages_follow_policy_knobs():
     parts = message["content"]
     assert parts[0] == {"type": "text", "text": "obs"}
     assert [p["type"] for p in parts[1:]] == ["image_url", "image_url"]
-    for part, expected_value in zip(parts[1:], (2, 3)):  # the most recent images are kept
+    for part, expected_value in zip(parts[1:], (2, 3), strict=True):  # the most recent images are kept
         url = part["image_url"]["url"]
         assert url.startswith("data:image/png;base64,")
         raw = _decode_png(base64.b64decode(url.split(",", 1)[1]))[3]
@@ -120,7 +121,7 @@ def test_vision_messages_follow_policy_knobs():
 
 
 def test_contract_shapes():
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         RolloutRequest.model_validate({"run_id": "r", "env": {}, "policy": {}, "ops": []})
     request = RolloutRequest.model_validate({"run_id": "r", "env": {}, "policy": {}, "ops": ["agent"], "mode": "rl",
                                              "custom": 1})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import httpx
 import pytest
 from taskapp_support import ENV_KEY, headers, running_app

@@ -33,7 +33,8 @@ def test_schema_matches_traces_v3(tmp_path):
     db = tmp_path / "t.db"
     TraceStore(db).close()
     with sqlite3.connect(db) as conn:
-        names = {r[0]: r[1] for r in conn.execute("SELECT name, type FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")}
+        rows = conn.execute("SELECT name, type FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+        names = {r[0]: r[1] for r in rows}
         for table in ("session_traces", "session_timesteps", "events", "messages", "outcome_rewards",
                       "event_rewards", "experiments", "systems", "system_versions", "experimental_systems"):
             assert names.get(table) == "table", table

@@ -17,6 +17,7 @@ Only the chosen file is imported (`load_task_app`).
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import json
@@ -297,6 +298,10 @@ def import_app_module(path: Path) -> Any:
     return module
 
 
+def _identity(value: Any) -> Any:
+    return value
+
+
 def load_task_app(choice: AppChoice | str) -> Any:
     """Import the chosen app's file and return its `TaskAppEntry` (registered, or built from a module-level
     `TaskAppConfig` / zero-argument factory, with module-level `ENV_FILES` and `ModalDeploymentConfig`)."""
@@ -310,7 +315,7 @@ def load_task_app(choice: AppChoice | str) -> Any:
         factory = None
         for value in vars(module).values():
             if isinstance(value, TaskAppConfig) and value.app_id == choice.app_id:
-                factory = (lambda v=value: v)
+                factory = functools.partial(_identity, value)
                 break
         if factory is None:
             for name, value in vars(module).items():

@@ -190,13 +190,21 @@ def _join(base_url: str, path: str) -> str:
     return base_url.rstrip("/") + path
 
 
+async def _call(name: str, client: Any, method: str, url: str, *, headers: dict[str, str], timeout: float,
+                params: Any = None, json_body: Any = None,
+                accept: tuple[int, ...] = ()) -> tuple[CheckResult | None, Any]:
+    """One request with transport and HTTP failures classified; statuses in `accept` are not failures."""
+    async with _Client(client) as http:
+        failure, response = await _request(name, http, method, url, headers=headers, timeout=timeout,
+                                           params=params, json_body=json_body)
+    if failure is None and response.status_code not in accept:
+        failure = _http_failure(name, url, response)
+    return failure, response
+
+
 async def acheck_root(base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, client: Any = None) -> CheckResult:
     url = _join(base_url, "/")
-    async with _Client(client) as http:
-        failure, response = await _request("root", http, "GET", url, headers={}, timeout=timeout)
-    if failure:
-        return failure
-    failure = _http_failure("root", url, response)
+    failure, response = await _call("root", client, "GET", url, headers={}, timeout=timeout)
     if failure:
         return failure
     body = _body(response)
@@ -209,12 +217,8 @@ async def acheck_root(base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, clie
 async def acheck_health(base_url: str, api_key: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
                         aliases: Sequence[str] = (), client: Any = None) -> HealthReport:
     url = _join(base_url, "/health")
-    async with _Client(client) as http:
-        failure, response = await _request("health", http, "GET", url, headers=_headers(api_key, aliases),
-                                           timeout=timeout)
-    if failure:
-        return failure
-    failure = _http_failure("health", url, response)
+    failure, response = await _call("health", client, "GET", url, headers=_headers(api_key, aliases),
+                                    timeout=timeout)
     if failure:
         return failure
     body = _body(response)
@@ -230,12 +234,8 @@ async def acheck_health(base_url: str, api_key: str | None, *, timeout: float = 
 async def acheck_info(base_url: str, api_key: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
                       aliases: Sequence[str] = (), client: Any = None) -> CheckResult:
     url = _join(base_url, "/info")
-    async with _Client(client) as http:
-        failure, response = await _request("info", http, "GET", url, headers=_headers(api_key, aliases),
-                                           timeout=timeout)
-    if failure:
-        return failure
-    failure = _http_failure("info", url, response)
+    failure, response = await _call("info", client, "GET", url, headers=_headers(api_key, aliases),
+                                    timeout=timeout)
     if failure:
         return failure
     body = _body(response)
@@ -261,12 +261,8 @@ async def acheck_task_info(base_url: str, api_key: str | None, *, seeds: Sequenc
     name = "task_instances" if seeds else "task_info"
     url = _join(base_url, "/task_info")
     params = [("seeds", str(s)) for s in seeds] or None
-    async with _Client(client) as http:
-        failure, response = await _request(name, http, "GET", url, headers=_headers(api_key, aliases),
-                                           timeout=timeout, params=params)
-    if failure:
-        return failure
-    failure = _http_failure(name, url, response)
+    failure, response = await _call(name, client, "GET", url, headers=_headers(api_key, aliases),
+                                    timeout=timeout, params=params)
     if failure:
         return failure
     body = _body(response)
@@ -311,32 +307,26 @@ async def acheck_rollout(base_url: str, api_key: str | None, *, inference_url: s
 
     url = _join(base_url, "/rollout")
     headers = _headers(api_key, aliases)
-    async with _Client(client) as http:
-        if not (inference_url and model):
-            failure, response = await _request("rollout", http, "POST", url, headers=headers, timeout=timeout,
-                                               json_body={"run_id": "verify-probe", "env": {}, "policy": {},
-                                                          "ops": []})
-            if failure:
-                return failure
-            if response.status_code == 422:
-                return _ok("rollout", url, response, "route present and validates requests (pass --inference-url "
-                           "and --model for a real rollout)")
-            failure = _http_failure("rollout", url, response)
-            if failure:
-                return failure
-            return CheckResult("rollout", False, "schema", f"{url} accepted a request without 'mode' (HTTP "
-                               f"{response.status_code}); the contract requires it", url=url,
-                               status_code=response.status_code, field="mode")
-        cid = f"verify-{uuid.uuid4().hex[:12]}"
-        body = rollout_request_body(run_id=cid, seed=seed, inference_url=with_cid(inference_url, cid), model=model)
-        failure, response = await _request("rollout", http, "POST", url, headers=headers, timeout=rollout_timeout,
-                                           json_body=body)
+    if not (inference_url and model):
+        failure, response = await _call("rollout", client, "POST", url, headers=headers, timeout=timeout,
+                                        json_body={"run_id": "verify-probe", "env": {}, "policy": {}, "ops": []},
+                                        accept=(200, 201, 422))
+        if failure:
+            return failure
+        if response.status_code == 422:
+            return _ok("rollout", url, response, "route present and validates requests (pass --inference-url "
+                       "and --model for a real rollout)")
+        return CheckResult("rollout", False, "schema", f"{url} accepted a request without 'mode' (HTTP "
+                           f"{response.status_code}); the contract requires it", url=url,
+                           status_code=response.status_code, field="mode")
+    cid = f"verify-{uuid.uuid4().hex[:12]}"
+    body = rollout_request_body(run_id=cid, seed=seed, inference_url=with_cid(inference_url, cid), model=model)
+    failure, response = await _call("rollout", client, "POST", url, headers=headers, timeout=rollout_timeout,
+                                    json_body=body)
     if failure:
-        return failure
-    failure = _http_failure("rollout", url, response)
-    if failure:
-        error = (_body(response) or {}) if response.status_code >= 500 else {}
-        message = ((error.get("detail") or {}).get("error") or {}).get("message") if isinstance(error, dict) else None
+        error = _body(response) if response is not None and response.status_code >= 500 else None
+        detail = error.get("detail") if isinstance(error, dict) else None
+        message = ((detail or {}).get("error") or {}).get("message") if isinstance(detail, dict) else None
         if message:
             failure.message = f"{url} answered HTTP {response.status_code}: {message}"
         return failure

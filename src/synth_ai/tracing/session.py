@@ -243,8 +243,8 @@ class SessionRecorder:
             steps.append({
                 "step_id": t.step_id, "step_index": t.step_index, "timestamp": t.started_at,
                 "turn_number": t.turn_number, "step_metadata": t.metadata, "completed_at": t.completed_at,
-                "events": [d for d, e in zip(events, self.events) if e.timestep_index == t.step_index],
-                "markov_blanket_messages": [d for d, m in zip(messages, self.messages)
+                "events": [d for d, e in zip(events, self.events, strict=True) if e.timestep_index == t.step_index],
+                "markov_blanket_messages": [d for d, m in zip(messages, self.messages, strict=True)
                                             if m.timestep_index == t.step_index],
             })
         return scrub({
