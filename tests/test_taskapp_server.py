@@ -170,3 +170,25 @@ def test_debug_env_masks_secrets(monkeypatch, toy):
 
 def test_done_route(toy):
     assert httpx.post(f"{toy}/done", headers=headers()).json() == {"ok": True, "service": "toy-app"}
+
+
+def test_vendor_proxy_adds_the_apps_key(monkeypatch):
+    from taskapp_support import completion, scripted_model
+
+    from synth_ai.taskapp import ProxyConfig
+
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    with scripted_model(lambda body: completion(content="proxied")) as (model_url, model):
+        proxy = ProxyConfig(enable_openai=True, system_hint="Be brief.", openai_url=model_url)
+        with running_app(create_task_app(_config(proxy=proxy))) as base:
+            body = {"model": "gpt", "messages": [{"role": "user", "content": "hi"}]}
+            missing = httpx.post(f"{base}/proxy/v1/chat/completions", json=body, headers=headers())
+            assert missing.status_code == 503
+            assert missing.json()["detail"]["error"]["code"] == "missing_openai_api_key"
+            monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-proxy-key-123456")
+            assert httpx.post(f"{base}/proxy/v1/chat/completions", json=body).status_code == 400
+            ok = httpx.post(f"{base}/proxy/v1/chat/completions", json=body, headers=headers())
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "proxied"
+    sent = model.requests[0]
+    assert sent["headers"]["authorization"] == "Bearer sk-openai-proxy-key-123456"
+    assert sent["body"]["messages"][0] == {"role": "system", "content": "Be brief."}

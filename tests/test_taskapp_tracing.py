@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 
@@ -159,3 +160,25 @@ def test_db_location_precedence(tmp_path):
     assert resolve_db_path({"TASKAPP_TRACE_DB_PATH": str(tmp_path / "c.db")}) == tmp_path / "c.db"
     assert db_path_from_url("sqlite:///rel.db").as_posix() == "rel.db"
     assert TracingSettings.from_env({}).enabled is False
+
+
+def test_concurrent_rollouts_each_get_a_session(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    db = tmp_path / "c.db"
+    settings = TracingSettings(enabled=True, db_path=db)
+    app = create_task_app(math_entry().config_factory(), tracing=settings)
+    with running_app(app) as base, \
+            scripted_model(lambda body: completion(tool_calls=[tool_call("math_submit", {"answer": "0"})])) \
+            as (model_url, _):
+        async def run_all():
+            async with httpx.AsyncClient(timeout=60) as client:
+                return await asyncio.gather(*[
+                    client.post(f"{base}/rollout", json=rollout_body(model_url, seed=i), headers=headers())
+                    for i in range(16)])
+
+        responses = asyncio.run(run_all())
+    assert all(r.status_code == 200 for r in responses)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM session_traces").fetchone()[0] == 16
+        assert conn.execute("SELECT COUNT(*) FROM events WHERE event_type='cais'").fetchone()[0] == 16
+        assert conn.execute("SELECT COUNT(DISTINCT session_id) FROM outcome_rewards").fetchone()[0] == 16
