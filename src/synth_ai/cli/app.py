@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "synth_ai.cli.config_cmd",
     "synth_ai.cli.models_cmd",
     "synth_ai.cli.taskapp_cmd",
+    "synth_ai.cli.deploy_cmd",
 )
 
 HELP = (
