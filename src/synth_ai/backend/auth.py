@@ -1,0 +1,195 @@
+"""API keys of the embedded backend, and the environment keys it knows for verifying task apps.
+
+`<data dir>/backend_keys.json` (0600) holds the keys the backend accepts as `Authorization: Bearer <key>`:
+
+    {"default": "sk_local_…", "keys": [{"key": "sk_local_…", "name": "default", "created_at": "…"}]}
+
+The first start creates it with one key, the default; `create_key()` adds more (`synth-ai setup --local` calls it);
+`default_key()` is what a client on this machine uses to talk to the embedded backend. The server re-reads the
+file when it changes, so a key added while it runs is accepted at once.
+
+`<data dir>/env_keys.json` (0600) lists ENVIRONMENT_API_KEY values registered with the backend
+(`register_environment_key`); `environment_keys()` adds the process environment's and is what
+`POST /api/rl/verify_task_app` tries against a task app.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import secrets
+import threading
+from pathlib import Path
+from typing import Any
+
+from synth_ai.fsutil import write_secret_file
+
+KEYS_FILE = "backend_keys.json"
+ENV_KEYS_FILE = "env_keys.json"
+KEY_PREFIX = "sk_local_"
+
+
+def _data_dir(data_dir: Path | None) -> Path:
+    if data_dir is not None:
+        return Path(data_dir)
+    from synth_ai.env.paths import data_dir as default_data_dir
+
+    return default_data_dir()
+
+
+def keys_path(data_dir: Path | None = None) -> Path:
+    return _data_dir(data_dir) / KEYS_FILE
+
+
+def _utcnow() -> str:
+    from synth_ai.backend.db import utcnow
+
+    return utcnow()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        from synth_ai.errors import InvalidInputError
+
+        raise InvalidInputError(f"{path}: cannot read the backend key file ({exc}).",
+                                hint=f"Fix or delete {path}; the backend creates a new one on start.") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_secret_file(path, json.dumps(doc, indent=2) + "\n")
+
+
+_file_lock = threading.Lock()
+
+
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_hex(24)
+
+
+def ensure_keys(data_dir: Path | None = None) -> str:
+    """Create the key file with one default key if it has none; return the default key."""
+    path = keys_path(data_dir)
+    with _file_lock:
+        doc = _read(path)
+        keys = [k for k in doc.get("keys", []) if isinstance(k, dict) and k.get("key")]
+        default = doc.get("default")
+        if not keys:
+            key = new_key()
+            doc = {"default": key, "keys": [{"key": key, "name": "default", "created_at": _utcnow()}]}
+            _write(path, doc)
+            return key
+        if not default or default not in {k["key"] for k in keys}:
+            doc["default"] = keys[0]["key"]
+            _write(path, doc)
+        return str(doc["default"])
+
+
+def create_key(name: str = "key", *, key: str | None = None, make_default: bool = False,
+               data_dir: Path | None = None) -> str:
+    """Register a key the backend accepts (a new random one unless `key` is given); returns it."""
+    path = keys_path(data_dir)
+    value = key or new_key()
+    with _file_lock:
+        doc = _read(path)
+        keys = [k for k in doc.get("keys", []) if isinstance(k, dict) and k.get("key")]
+        if value not in {k["key"] for k in keys}:
+            keys.append({"key": value, "name": name, "created_at": _utcnow()})
+        doc["keys"] = keys
+        if make_default or not doc.get("default"):
+            doc["default"] = value
+        _write(path, doc)
+    return value
+
+
+def default_key(data_dir: Path | None = None) -> str | None:
+    """The key a local client should send to the embedded backend, or None before its first start."""
+    doc = _read(keys_path(data_dir))
+    default = doc.get("default")
+    return str(default) if default else None
+
+
+def accepted_keys(data_dir: Path | None = None) -> list[str]:
+    doc = _read(keys_path(data_dir))
+    return [str(k["key"]) for k in doc.get("keys", []) if isinstance(k, dict) and k.get("key")]
+
+
+class KeyChecker:
+    """Checks bearer tokens against the key file, re-reading it when its mtime or size changes."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = keys_path(data_dir)
+        self._stamp: tuple[float, int] | None = None
+        self._keys: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def _current(self) -> list[bytes]:
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        with self._lock:
+            if stamp != self._stamp:
+                self._keys = [k.encode() for k in accepted_keys(self.path.parent)] if stamp else []
+                self._stamp = stamp
+            return self._keys
+
+    def check(self, token: str | None) -> bool:
+        if not token:
+            return False
+        candidate = token.encode()
+        ok = False
+        for key in self._current():
+            ok |= hmac.compare_digest(candidate, key)  # no early exit: time does not depend on which key matched
+        return ok
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip() or None
+
+
+# Environment keys (for verify_task_app) -----------------------------------------------------------------------
+ENV_KEY_NAMES = ("ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "dev_environment_api_key")
+
+
+def register_environment_key(key: str, *, name: str = "ENVIRONMENT_API_KEY", data_dir: Path | None = None) -> None:
+    """Remember an ENVIRONMENT_API_KEY so verify_task_app can present it to task apps."""
+    path = _data_dir(data_dir) / ENV_KEYS_FILE
+    with _file_lock:
+        doc = _read(path)
+        entries = [e for e in doc.get("keys", []) if isinstance(e, dict) and e.get("key")]
+        if key not in {e["key"] for e in entries}:
+            entries.append({"key": key, "name": name, "created_at": _utcnow()})
+        _write(path, {"keys": entries})
+
+
+def environment_keys(data_dir: Path | None = None, environ: dict[str, str] | None = None) -> list[str]:
+    """Candidate task-app keys: the environment's (ENVIRONMENT_API_KEY, fallbacks, aliases), then registered ones."""
+    env = os.environ if environ is None else environ
+    found: list[str] = []
+    for name in ENV_KEY_NAMES:
+        value = env.get(name, "").strip()
+        if value:
+            found.append(value)
+    for alias in env.get("ENVIRONMENT_API_KEY_ALIASES", "").split(","):
+        if alias.strip():
+            found.append(alias.strip())
+    doc = _read(_data_dir(data_dir) / ENV_KEYS_FILE)
+    found.extend(str(e["key"]) for e in doc.get("keys", []) if isinstance(e, dict) and e.get("key"))
+    unique: list[str] = []
+    for key in found:
+        if key not in unique:
+            unique.append(key)
+    return unique

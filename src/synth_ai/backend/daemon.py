@@ -1,0 +1,240 @@
+"""Running the embedded backend: in the foreground (`serve`), as a background daemon (`start`/`stop`), its
+`status`, and how a client on this machine finds it (`find_local_backend`).
+
+One backend per data dir: `serve` holds an exclusive lock on `backend/backend.lock` for its lifetime (released by
+the kernel even on SIGKILL), and while it runs `backend/backend.json` says where it listens:
+`{"pid", "host", "port", "url", "api_base", "started_at", "data_dir", "key_file"}`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from synth_ai.backend.settings import BackendSettings, state_paths
+from synth_ai.errors import ExitCode, SynthError, UnavailableError
+from synth_ai.fsutil import atomic_write_text
+
+LOCK_FILE = "backend.lock"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+class BackendRunningError(SynthError):
+    exit_code = ExitCode.INVALID_INPUT
+    code = "backend_running"
+
+
+# Foreground ---------------------------------------------------------------------------------------------------
+def _acquire_lock(settings: BackendSettings) -> Any:
+    settings.ensure_dirs()
+    handle = open(settings.root / LOCK_FILE, "a+")  # noqa: SIM115 - held for the server's lifetime
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        state = read_state(settings.data_dir)
+        where = f" at {state['url']} (pid {state['pid']})" if state else ""
+        raise BackendRunningError(
+            f"Another backend is already running on {settings.data_dir}{where}.",
+            hint="Stop it with `synth-ai backend stop`, or use another data dir (SYNTH_AI_HOME).") from None
+    return handle
+
+
+def serve(settings: BackendSettings, *, log_level: str = "info",
+          on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Run the backend in this process until SIGINT/SIGTERM (blocking)."""
+    import uvicorn
+
+    from synth_ai.backend.app import create_app
+    from synth_ai.taskapp.serving import port_in_use
+
+    lock = _acquire_lock(settings)
+    try:
+        if port_in_use(settings.host, settings.port):
+            raise BackendRunningError(
+                f"Port {settings.port} on {settings.host} is already in use.",
+                hint="Choose another port with --port, or stop what listens there.")
+        state_file, pid_file, _ = state_paths(settings.data_dir)
+        app = create_app(settings)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level, lifespan="on",
+                                access_log=log_level == "debug", timeout_graceful_shutdown=5)
+        server = uvicorn.Server(config)
+        original_startup = server.startup
+
+        async def startup(sockets=None) -> None:  # write the state file once the socket is listening
+            await original_startup(sockets=sockets)
+            if server.started:
+                state = _state_doc(settings)
+                atomic_write_text(state_file, json.dumps(state, indent=2) + "\n", mode=0o600)
+                atomic_write_text(pid_file, f"{os.getpid()}\n", mode=0o600)
+                if on_ready is not None:
+                    on_ready(state)
+
+        server.startup = startup  # type: ignore[method-assign]
+        try:
+            server.run()
+        finally:
+            for path in (state_file, pid_file):
+                _remove_if_ours(path)
+        if not server.started:
+            raise UnavailableError(f"The backend could not start on {settings.host}:{settings.port}; see the log above.")
+    finally:
+        lock.close()
+
+
+def _state_doc(settings: BackendSettings) -> dict[str, Any]:
+    from synth_ai.backend.auth import keys_path
+    from synth_ai.backend.db import utcnow
+
+    return {"pid": os.getpid(), "host": settings.host, "port": settings.port, "url": settings.url,
+            "api_base": f"{settings.url}/api", "started_at": utcnow(), "data_dir": str(settings.data_dir),
+            "key_file": str(keys_path(settings.data_dir))}
+
+
+def _remove_if_ours(path: Path) -> None:
+    try:
+        text = path.read_text()
+    except OSError:
+        return
+    try:
+        pid = json.loads(text).get("pid") if path.suffix == ".json" else int(text.strip())
+    except (ValueError, AttributeError):
+        pid = None
+    if pid == os.getpid():
+        path.unlink(missing_ok=True)
+
+
+# State and status ---------------------------------------------------------------------------------------------
+def read_state(data_dir: Path) -> dict[str, Any] | None:
+    state_file, _, _ = state_paths(data_dir)
+    try:
+        doc = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("pid"), int) else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) is not running
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _healthy(url: str, timeout: float = 2.0) -> bool:
+    import httpx
+
+    try:
+        response = httpx.get(f"{url}/health", timeout=timeout)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and response.json().get("service") == "synth-ai-backend"
+
+
+def status(data_dir: Path) -> dict[str, Any]:
+    """Whether a backend runs on this data dir, where, and whether it answers."""
+    from synth_ai.backend.auth import keys_path
+
+    _, _, log_file = state_paths(data_dir)
+    state = read_state(data_dir)
+    doc: dict[str, Any] = {"running": False, "healthy": False, "pid": None, "url": None, "api_base": None,
+                           "data_dir": str(data_dir), "key_file": str(keys_path(data_dir)), "log_file": str(log_file)}
+    if state is None or not pid_alive(state["pid"]):
+        return doc
+    doc.update({k: state.get(k) for k in ("pid", "url", "api_base", "host", "port", "started_at")})
+    doc["running"] = True
+    doc["healthy"] = bool(state.get("url")) and _healthy(state["url"])
+    return doc
+
+
+def find_local_backend(data_dir: Path | None = None) -> dict[str, Any] | None:
+    """`{url, api_base, api_key}` of the backend running on this machine's data dir, or None when none runs.
+
+    This is how a client uses the embedded backend without configuration: the URL from `backend/backend.json`
+    (checked live), the key from `backend_keys.json`.
+    """
+    from synth_ai.backend.auth import default_key
+    from synth_ai.env.paths import data_dir as default_data_dir
+
+    root = Path(data_dir) if data_dir is not None else default_data_dir(create=False)
+    info = status(root)
+    if not info["running"]:
+        return None
+    return {"url": info["url"], "api_base": info["api_base"], "api_key": default_key(root), "pid": info["pid"]}
+
+
+# Daemon -------------------------------------------------------------------------------------------------------
+def start(settings: BackendSettings, *, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
+    """Start `synth-ai backend serve` in the background; returns its status once it answers /health."""
+    current = status(settings.data_dir)
+    if current["running"]:
+        return {**current, "already_running": True}
+    settings.ensure_dirs()
+    _, _, log_file = state_paths(settings.data_dir)
+    env = dict(os.environ)
+    env["SYNTH_AI_HOME"] = str(settings.data_dir)
+    cmd = [sys.executable, "-m", "synth_ai", "backend", "serve", "--host", settings.host, "--port", str(settings.port)]
+    with open(log_file, "ab") as log:
+        log.write(f"\n=== synth-ai backend start ({time.strftime('%Y-%m-%d %H:%M:%S')}) ===\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            raise UnavailableError(f"The backend exited during start-up (exit code {code}).",
+                                   hint=f"See the log: {log_file}\n{_tail(log_file)}")
+        state = read_state(settings.data_dir)
+        if state is not None and state.get("pid") == proc.pid and _healthy(state["url"], timeout=1.0):
+            return {**status(settings.data_dir), "already_running": False}
+        time.sleep(0.2)
+    raise UnavailableError(f"The backend did not answer within {timeout:.0f}s (pid {proc.pid}).",
+                           hint=f"See the log: {log_file}; stop it with `synth-ai backend stop`.")
+
+
+def stop(data_dir: Path, *, timeout: float = STOP_TIMEOUT_S) -> dict[str, Any]:
+    """SIGTERM the running backend (it stops its workers; their jobs resume at the next start), SIGKILL on timeout."""
+    state = read_state(data_dir)
+    if state is None or not pid_alive(state["pid"]):
+        state_file, pid_file, _ = state_paths(data_dir)
+        for path in (state_file, pid_file):
+            path.unlink(missing_ok=True)
+        return {"stopped": False, "was_running": False, "pid": None}
+    pid = state["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return {"stopped": True, "was_running": True, "pid": pid, "forced": False}
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(50):
+        if not pid_alive(pid):
+            break
+        time.sleep(0.1)
+    return {"stopped": True, "was_running": True, "pid": pid, "forced": True}
+
+
+def _tail(path: Path, limit: int = 1500) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-limit:].decode("utf-8", "replace")

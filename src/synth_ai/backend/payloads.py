@@ -1,0 +1,157 @@
+"""Server-side checks of job create bodies (`POST /learning/jobs`, `POST /rl/jobs`).
+
+The client validates configs before sending; the backend checks again because anything can call it (curl, the
+reference client, an old client). Messages follow the reference's wording where it had one (§2.4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from synth_ai.backend.errors import ApiError
+from synth_ai.errors import SynthError
+
+STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")
+POSITIVE_INT_KEYS = (*STEP_KEYS, "batch_size", "global_batch", "per_device_batch", "gradient_accumulation_steps",
+                     "sequence_length")
+
+
+def _invalid(message: str, *, hint: str | None = None, field: str | None = None) -> ApiError:
+    return ApiError(400, "invalid_job", message, hint=hint, details={"field": field} if field else None)
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, float) and value.is_integer():
+        return int(value) if value > 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+        return number if number > 0 else None
+    return None
+
+
+def check_hyperparameters(hyper: Any) -> dict[str, Any]:
+    if not isinstance(hyper, dict) or not hyper:
+        raise _invalid("hyperparameters must not be empty", field="hyperparameters",
+                       hint='Send e.g. "hyperparameters": {"n_epochs": 1}.')
+    if not any(k in hyper for k in STEP_KEYS):
+        raise _invalid(f"hyperparameters must include at least one of: {', '.join(STEP_KEYS)}",
+                       field="hyperparameters")
+    clean = dict(hyper)
+    for key in POSITIVE_INT_KEYS:
+        if key in hyper and hyper[key] is not None:
+            number = _positive_int(hyper[key])
+            if number is None:
+                raise _invalid(f"hyperparameters.{key} must be an integer greater than zero (found {hyper[key]!r})",
+                               field=f"hyperparameters.{key}")
+            clean[key] = number
+    if hyper.get("learning_rate") is not None:
+        try:
+            lr = float(hyper["learning_rate"])
+        except (TypeError, ValueError):
+            lr = -1.0
+        if isinstance(hyper["learning_rate"], bool) or not lr > 0:
+            raise _invalid(f"hyperparameters.learning_rate must be a number greater than zero "
+                           f"(found {hyper['learning_rate']!r})", field="hyperparameters.learning_rate")
+        clean["learning_rate"] = lr
+    if hyper.get("warmup_ratio") is not None:
+        try:
+            ratio = float(hyper["warmup_ratio"])
+        except (TypeError, ValueError):
+            ratio = -1.0
+        if isinstance(hyper["warmup_ratio"], bool) or not 0.0 <= ratio <= 1.0:
+            raise _invalid(f"hyperparameters.warmup_ratio must be between 0 and 1 (found {hyper['warmup_ratio']!r})",
+                           field="hyperparameters.warmup_ratio")
+        clean["warmup_ratio"] = ratio
+    if "train_kind" in hyper and hyper["train_kind"] is not None and not isinstance(hyper["train_kind"], str):
+        raise _invalid("hyperparameters.train_kind must be a string", field="hyperparameters.train_kind")
+    return clean
+
+
+def resolve_model_id(model: Any, *, mode: str, allow_fine_tuned: bool, field: str) -> tuple[str, str]:
+    """(canonical id, base id) from the registry; 400 naming the field when unknown or not trainable that way."""
+    from synth_ai.models.registry import check_trainable, resolve_model
+
+    if not isinstance(model, str) or not model.strip():
+        raise _invalid(f"{field} is required (a model id such as 'Qwen/Qwen3-4B' or 'synth-ai/tiny-qwen3')",
+                       field=field)
+    try:
+        resolved = resolve_model(model, allow_fine_tuned=allow_fine_tuned)
+        check_trainable(resolved, mode, allow_experimental=True)
+    except SynthError as exc:
+        raise ApiError(400, "invalid_model", exc.message, hint=exc.hint, details={"field": field}) from None
+    return resolved.canonical, resolved.base.id
+
+
+def sft_file_ids(body: dict[str, Any]) -> tuple[str, list[str]]:
+    """(training file id, validation file ids) named by an SFT create body."""
+    training = body.get("training_file_id") or body.get("training_file")
+    if not isinstance(training, str) or not training.strip():
+        raise _invalid("training file identifier is required for SFT jobs", field="training_file_id",
+                       hint="Upload the dataset with POST /api/files (purpose=fine-tune) and pass its id as "
+                            "training_file_id.")
+    validation: list[str] = []
+    for value in (body.get("validation_file_id"), body.get("validation_file")):
+        if isinstance(value, str) and value.strip():
+            validation.append(value.strip())
+    effective = ((body.get("metadata") or {}).get("effective_config") or {})
+    files = ((effective.get("data") or {}).get("validation_files")) if isinstance(effective, dict) else None
+    if isinstance(files, list):
+        validation.extend(str(f) for f in files if isinstance(f, str) and f.strip())
+    unique: list[str] = []
+    for file_id in validation:
+        if file_id not in unique:
+            unique.append(file_id)
+    return training.strip(), unique
+
+
+def check_sft_body(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise _invalid("The request body must be a JSON object (the SFT job payload).")
+    model, _base = resolve_model_id(body.get("model"), mode="sft", allow_fine_tuned=False, field="model")
+    clean = dict(body)
+    clean["model"] = model
+    clean["hyperparameters"] = check_hyperparameters(body.get("hyperparameters"))
+    clean.setdefault("training_type", "sft_offline")
+    if clean.get("metadata") is not None and not isinstance(clean["metadata"], dict):
+        raise _invalid("metadata must be a JSON object", field="metadata")
+    return clean
+
+
+def check_rl_body(body: Any) -> dict[str, Any]:
+    """Validate an RL create body (reference §2.2 payload); returns it with the model canonicalised."""
+    if not isinstance(body, dict):
+        raise _invalid("The request body must be a JSON object (the RL job payload).")
+    job_type = body.get("job_type", "rl")
+    if job_type != "rl":
+        raise _invalid(f"job_type must be 'rl' for POST /rl/jobs (found {job_type!r})", field="job_type")
+    data = body.get("data")
+    if not isinstance(data, dict):
+        raise _invalid("data is required: {endpoint_base_url, config, base_model | model}", field="data")
+    url = data.get("endpoint_base_url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise _invalid(f"data.endpoint_base_url must be the task app's http(s) URL (found {url!r})",
+                       field="data.endpoint_base_url")
+    config = data.get("config")
+    if not isinstance(config, dict):
+        raise _invalid("data.config must be the RL config as a JSON object", field="data.config")
+    has_base, has_source = bool(data.get("base_model")), bool(data.get("model"))
+    if has_base == has_source:
+        raise _invalid("data must name exactly one of base_model (a base model) or model (a fine-tuned source)",
+                       field="data.base_model")
+    field = "data.base_model" if has_base else "data.model"
+    model, _base = resolve_model_id(data.get("base_model") or data.get("model"), mode="rl",
+                                    allow_fine_tuned=has_source, field=field)
+    algorithm = config.get("algorithm") or {}
+    if isinstance(algorithm, dict) and algorithm:
+        combo = (algorithm.get("type"), algorithm.get("method"), algorithm.get("variety"))
+        if combo[0] not in (None, "online") or combo[2] not in (None, "gspo"):
+            raise _invalid(f"data.config.algorithm must be type=online, variety=gspo for RL (found "
+                           f"type={combo[0]!r}, variety={combo[2]!r})", field="data.config.algorithm")
+    clean = dict(body)
+    clean["data"] = {**data, "endpoint_base_url": url.rstrip("/"),
+                     ("base_model" if has_base else "model"): model}
+    return clean

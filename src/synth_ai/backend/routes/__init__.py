@@ -1,0 +1,1 @@
+"""HTTP routes of the embedded backend, one module per resource (all mounted under `/api`)."""

@@ -1,0 +1,62 @@
+"""`/api/inference/v1/chat/completions` and `/api/inference/v1/models`: the OpenAI-compatible endpoint.
+
+The engine (`synth_ai.backend.inference.engine.InferenceEngine`) is created on the first request, so torch is
+only imported in the API process when someone asks for inference. Its calls block; they run in a worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Body, Request
+
+from synth_ai.backend.app import get_backend
+from synth_ai.backend.errors import ApiError
+from synth_ai.errors import InvalidInputError, NotFoundError, SynthError, UnavailableError
+
+router = APIRouter(tags=["inference"])
+
+
+def _api_error(exc: Exception) -> ApiError:
+    if isinstance(exc, NotFoundError):
+        return ApiError(404, "model_not_found", exc.message, hint=exc.hint)
+    if isinstance(exc, InvalidInputError):
+        return ApiError(400, "invalid_request", exc.message, hint=exc.hint, details=exc.details)
+    if isinstance(exc, UnavailableError):
+        return ApiError(503, "unavailable", exc.message, hint=exc.hint)
+    if isinstance(exc, SynthError):
+        return ApiError(500, exc.code, exc.message, hint=exc.hint)
+    if isinstance(exc, (ValueError, TypeError, KeyError)):
+        return ApiError(400, "invalid_request", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, ModuleNotFoundError):
+        return ApiError(503, "unavailable", f"Inference needs the training extra ({exc.name} is not installed).",
+                        hint="pip install 'synth-ai[train]'")
+    return ApiError(500, "inference_error", f"{type(exc).__name__}: {exc}")
+
+
+@router.post("/inference/v1/chat/completions")
+async def chat_completions(request: Request, body: Any = Body(...)) -> Any:
+    backend = get_backend(request)
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_request", "The body must be a JSON object (an OpenAI chat completion request).")
+    if body.get("stream"):
+        raise ApiError(400, "invalid_request", "stream=true is not supported by this backend; send stream=false.")
+
+    def call() -> Any:
+        return backend.engine().chat_completion(body)
+
+    try:
+        return await anyio.to_thread.run_sync(call)
+    except ApiError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - mapped to a status code
+        raise _api_error(exc) from None
+
+
+@router.get("/inference/v1/models")
+def inference_models(request: Request) -> dict[str, Any]:
+    try:
+        return get_backend(request).engine().list_models()
+    except Exception as exc:  # noqa: BLE001 - mapped to a status code
+        raise _api_error(exc) from None

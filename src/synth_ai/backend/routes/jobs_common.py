@@ -1,0 +1,197 @@
+"""Job routes shared by SFT (`/learning/jobs`) and RL (`/rl/jobs`): read, status, events, metrics, timeline,
+start and cancel, plus the idempotent-create helper."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import JSONResponse
+
+from synth_ai.backend import idempotency as idem
+from synth_ai.backend import jobs as J
+from synth_ai.backend.app import Backend, get_backend
+from synth_ai.backend.db import loads
+from synth_ai.backend.errors import ApiError, conflict, not_found
+
+CANCEL_WAIT_EXTRA_S = 5.0
+
+
+def load_job(backend: Backend, job_id: str, kind: str | None) -> Any:
+    row = backend.jobs.get(job_id)
+    if row is None or (kind is not None and row["kind"] != kind):
+        where = {"sft": "GET /api/learning/jobs", "rl": "GET /api/rl/jobs"}.get(kind or "", "GET /api/learning/jobs")
+        raise not_found("Job", job_id, hint=f"List jobs with {where}.")
+    return row
+
+
+def job_doc(backend: Backend, row: Any) -> dict[str, Any]:
+    return J.job_json(row, backend.jobs.files_of(row["id"]))
+
+
+def status_doc(backend: Backend, row: Any) -> dict[str, Any]:
+    doc = {k: v for k, v in job_doc(backend, row).items()
+           if k in {"id", "job_id", "status", "fine_tuned_model", "error", "created_at", "updated_at", "started_at",
+                    "finished_at", "cancel_requested", "attempts", "model", "type", "job_type"}}
+    last = backend.jobs.last_event(row["id"])
+    if last is not None:
+        doc["last_event"] = last
+    progress = backend.db.conn().execute(
+        "SELECT data FROM events WHERE job_id = ? AND type LIKE '%.progress' ORDER BY seq DESC LIMIT 1",
+        (row["id"],)).fetchone()
+    if progress is not None:
+        doc["progress"] = loads(progress["data"]) or {}
+    return doc
+
+
+def replay(backend: Backend, request: Request, body: Any, scope: str) -> JSONResponse | None:
+    """The stored answer when this Idempotency-Key was already used for this request (checked before validating,
+    so a retry gets the original answer even if, say, its file was deleted since); 409 for a different body."""
+    key = idem.check_key(request.headers.get(idem.HEADER))
+    if not key:
+        return None
+    stored = idem.lookup(backend.db.conn(), key, scope, idem.fingerprint_json(body))
+    if stored is None:
+        return None
+    response = stored.response
+    if stored.resource_id:
+        row = backend.jobs.get(stored.resource_id)
+        if row is not None:
+            response = J.job_json(row, backend.jobs.files_of(row["id"]))
+    return JSONResponse(response, status_code=stored.status_code, headers={idem.REPLAY_HEADER: "true"})
+
+
+def idempotent_create(backend: Backend, request: Request, body: Any, create: Callable[[Any], tuple[int, dict]],
+                      scope: str) -> JSONResponse:
+    """Run `create(conn) -> (status, response)` once per Idempotency-Key (same transaction as the record)."""
+    key = idem.check_key(request.headers.get(idem.HEADER))
+    fingerprint = idem.fingerprint_json(body)
+    with backend.db.tx() as conn:
+        if key:
+            stored = idem.lookup(conn, key, scope, fingerprint)
+            if stored is not None:
+                response = stored.response
+                if stored.resource_id:
+                    row = backend.jobs.get(stored.resource_id, conn)
+                    if row is not None:
+                        response = J.job_json(row, backend.jobs.files_of(row["id"]))
+                return JSONResponse(response, status_code=stored.status_code,
+                                    headers={idem.REPLAY_HEADER: "true"})
+        status, response = create(conn)
+        if key:
+            idem.record(conn, key, scope, fingerprint, status, {"id": response.get("id")}, response.get("id"))
+    return JSONResponse(response, status_code=status)
+
+
+def start_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:
+    row = load_job(backend, job_id, kind)
+    if row["status"] == "created":
+        backend.jobs.transition(job_id, "queued", only_from={"created"},
+                                event=(J.EV_QUEUED, "Job queued; it starts when a worker slot is free.", None, "info"),
+                                message="start requested")
+        backend.scheduler.wake()
+    return job_doc(backend, backend.jobs.get(job_id))
+
+
+def cancel_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:
+    row = load_job(backend, job_id, kind)
+    status = row["status"]
+    if status in {"succeeded", "failed"}:
+        raise conflict(f"Job '{job_id}' already {status}; it cannot be cancelled.", code="job_finished")
+    if status == "cancelled":
+        return job_doc(backend, row)
+    if status in {"created", "queued"}:
+        done = backend.jobs.transition(job_id, "cancelled", only_from={"created", "queued"}, cancel_requested=1,
+                                       event=(J.EV_CANCELLED, "Job cancelled before it started.", None, "warning"),
+                                       message="cancelled by request")
+        if done:
+            return job_doc(backend, backend.jobs.get(job_id))
+    # running (or it just became running): ask the worker to stop, then wait for it a little
+    backend.jobs.request_cancel(job_id)
+    backend.scheduler.wake()
+    deadline = time.monotonic() + backend.settings.cancel_grace_s + CANCEL_WAIT_EXTRA_S
+    while time.monotonic() < deadline:
+        row = backend.jobs.get(job_id)
+        if row is None or row["status"] in J.TERMINAL:
+            break
+        time.sleep(0.1)
+    return job_doc(backend, backend.jobs.get(job_id))
+
+
+def add_job_routes(router: APIRouter, prefix: str, kind: str) -> None:
+    """GET {prefix}/{id}, /status, /events, /metrics, /timeline, /config and POST /start, /cancel."""
+
+    @router.get(f"{prefix}/{{job_id}}")
+    def get_job(request: Request, job_id: str) -> dict[str, Any]:
+        backend = get_backend(request)
+        return job_doc(backend, load_job(backend, job_id, kind))
+
+    @router.get(f"{prefix}/{{job_id}}/status")
+    def get_status(request: Request, job_id: str) -> dict[str, Any]:
+        backend = get_backend(request)
+        return status_doc(backend, load_job(backend, job_id, kind))
+
+    @router.get(f"{prefix}/{{job_id}}/config")
+    def get_config(request: Request, job_id: str) -> dict[str, Any]:
+        backend = get_backend(request)
+        row = load_job(backend, job_id, kind)
+        return {"job_id": job_id, "config": loads(row["payload"]) or {}}
+
+    @router.get(f"{prefix}/{{job_id}}/events")
+    def get_events(request: Request, job_id: str, since_seq: int = Query(0, ge=0),
+                   limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
+        backend = get_backend(request)
+        load_job(backend, job_id, kind)
+        events = backend.jobs.events(job_id, since_seq=since_seq, limit=limit)
+        return {"job_id": job_id, "events": events,
+                "next_seq": events[-1]["seq"] if events else since_seq}
+
+    @router.get(f"{prefix}/{{job_id}}/metrics")
+    def get_metrics(request: Request, job_id: str, after_step: int = Query(-1, ge=-1),
+                    limit: int = Query(200, ge=1, le=5000), name: str | None = None) -> dict[str, Any]:
+        backend = get_backend(request)
+        load_job(backend, job_id, kind)
+        return {"job_id": job_id, "points": backend.jobs.metrics(job_id, after_step=after_step, limit=limit,
+                                                                 name=name)}
+
+    @router.get(f"{prefix}/{{job_id}}/timeline")
+    def get_timeline(request: Request, job_id: str) -> dict[str, Any]:
+        backend = get_backend(request)
+        load_job(backend, job_id, kind)
+        return {"job_id": job_id, "events": backend.jobs.timeline(job_id)}
+
+    @router.post(f"{prefix}/{{job_id}}/start")
+    def post_start(request: Request, job_id: str, body: Any = Body(None)) -> JSONResponse:
+        backend = get_backend(request)
+        key = idem.check_key(request.headers.get(idem.HEADER))
+        scope = f"POST {prefix}/{job_id}/start"
+        fingerprint = idem.fingerprint_json(body if body is not None else {})
+        if key:
+            stored = idem.lookup(backend.db.conn(), key, scope, fingerprint)
+            if stored is not None:
+                doc = job_doc(backend, load_job(backend, job_id, kind))
+                return JSONResponse(doc, status_code=stored.status_code, headers={idem.REPLAY_HEADER: "true"})
+        doc = start_job(backend, job_id, kind)
+        if key:
+            with backend.db.tx() as conn:
+                if idem.lookup(conn, key, scope, fingerprint) is None:
+                    idem.record(conn, key, scope, fingerprint, 200, {"id": job_id}, job_id)
+        return JSONResponse(doc, status_code=200)
+
+    @router.post(f"{prefix}/{{job_id}}/cancel")
+    def post_cancel(request: Request, job_id: str) -> dict[str, Any]:
+        return cancel_job(get_backend(request), job_id, kind)
+
+
+def list_jobs_doc(backend: Backend, *, kind: str | None, status: str | None, type_: str | None, limit: int,
+                  offset: int) -> dict[str, Any]:
+    if status:
+        known = set(J.STATUSES) | {"canceled"}
+        bad = [s for s in status.split(",") if s.strip() and s.strip().lower() not in known]
+        if bad:
+            raise ApiError(400, "invalid_request", f"Unknown status filter {bad[0]!r}; use one of "
+                           f"{', '.join(J.STATUSES)}.")
+    rows = backend.jobs.list(kind=kind, status=status, training_type=type_, limit=limit + 1, offset=offset)
+    return {"object": "list", "data": [J.job_json(r) for r in rows[:limit]], "has_more": len(rows) > limit}

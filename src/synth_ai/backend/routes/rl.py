@@ -1,0 +1,160 @@
+"""`/api/rl/jobs` and `/api/rl/verify_task_app`.
+
+RL execution (GSPO) is not on this backend yet: a valid create body is answered 501, an invalid one 400 with
+what is wrong. When `synth_ai.backend.trainers.rl` (with `run_rl`) exists, creates are stored and queued like SFT
+jobs (RL jobs start on create, as the reference's client expects: it never calls /start for RL).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import JSONResponse
+
+from synth_ai.backend import jobs as J
+from synth_ai.backend.app import get_backend
+from synth_ai.backend.auth import environment_keys
+from synth_ai.backend.errors import ApiError
+from synth_ai.backend.payloads import check_rl_body
+from synth_ai.backend.routes.jobs_common import add_job_routes, idempotent_create, list_jobs_doc, replay
+from synth_ai.env.secrets import mask_secret
+
+router = APIRouter(tags=["rl"])
+
+MAX_CANDIDATES = 15
+VERIFY_TIMEOUT_S = 10.0
+HEADER_STYLES = ("X-API-Key", "X-API-Keys", "Authorization")
+
+
+def rl_available() -> bool:
+    try:
+        return importlib.util.find_spec("synth_ai.backend.trainers.rl") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@router.post("/rl/jobs", status_code=201)
+def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
+    backend = get_backend(request)
+    replayed = replay(backend, request, body, "POST /rl/jobs")
+    if replayed is not None:
+        return replayed
+    clean = check_rl_body(body)
+    if not rl_available():
+        raise ApiError(501, "rl_not_available",
+                       "RL training is not available on this backend yet: the config is valid, but this embedded "
+                       "backend cannot run GSPO jobs.",
+                       hint="Run RL on the hosted Synth backend (--backend https://agent-learning.onrender.com), or "
+                            "use SFT here (synth-ai train --type sft).",
+                       details={"model": clean["data"].get("base_model") or clean["data"].get("model")})
+    data = clean["data"]
+    model = data.get("base_model") or data.get("model")
+
+    def create(conn) -> tuple[int, dict[str, Any]]:
+        job_id = backend.jobs.insert(conn, kind="rl", training_type="rl_online", model=model, payload=clean,
+                                     files=[], prefix="rljob")
+        backend.jobs.transition(job_id, "queued", only_from={"created"}, conn=conn,
+                                event=(J.EV_QUEUED, "Job queued.", None, "info"), message="queued on create")
+        return 201, J.job_json(backend.jobs.get(job_id, conn), [])
+
+    response = idempotent_create(backend, request, body, create, "POST /rl/jobs")
+    backend.scheduler.wake()
+    return response
+
+
+@router.get("/rl/jobs")
+def list_rl_jobs(request: Request, status: str | None = None, limit: int = Query(50, ge=1, le=500),
+                 offset: int = Query(0, ge=0)) -> dict[str, Any]:
+    return list_jobs_doc(get_backend(request), kind="rl", status=status, type_=None, limit=limit, offset=offset)
+
+
+add_job_routes(router, "/rl/jobs", "rl")
+
+
+# verify_task_app ------------------------------------------------------------------------------------------------
+def _headers(style: str, key: str, all_keys: list[str]) -> dict[str, str]:
+    if style == "X-API-Key":
+        return {"X-API-Key": key}
+    if style == "X-API-Keys":
+        return {"X-API-Keys": ",".join([key, *[k for k in all_keys if k != key]])}
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _snippet(response: httpx.Response) -> Any:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300]
+    text = str(body)
+    return body if len(text) <= 600 else text[:600]
+
+
+def _health_ok(response: httpx.Response) -> bool:
+    """200, or 401/403 that names the expected key prefix (the reference treats that as auth-optional)."""
+    if response.status_code == 200:
+        return True
+    if response.status_code in (401, 403):
+        try:
+            body = response.json()
+        except ValueError:
+            return False
+        text = str(body).lower()
+        return "expected_api_key_prefix" in text or "expected prefix" in text
+    return False
+
+
+@router.post("/rl/verify_task_app")
+async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, Any]:
+    backend = get_backend(request)
+    url = body.get("endpoint_base_url") if isinstance(body, dict) else None
+    if not isinstance(url, str) or not url.strip().startswith(("http://", "https://")):
+        raise ApiError(400, "invalid_request", f"endpoint_base_url must be an http(s) URL (found {url!r}).",
+                       hint='Send {"endpoint_base_url": "http://127.0.0.1:8001"}.')
+    base = url.strip().rstrip("/")
+    keys = environment_keys(backend.settings.data_dir)[:MAX_CANDIDATES]
+    attempts: list[dict[str, Any]] = []
+    any_ok = False
+    async with httpx.AsyncClient(timeout=VERIFY_TIMEOUT_S, follow_redirects=True) as client:
+        plans: list[tuple[str, str | None]] = [(style, key) for key in keys for style in HEADER_STYLES] or [
+            ("none", None)]
+        for style, key in plans:
+            headers = _headers(style, key, keys) if key else {}
+            results = []
+            for path in ("/health", "/task_info"):
+                attempt: dict[str, Any] = {"path": path, "url": f"{base}{path}", "header": style,
+                                           "key": mask_secret(key) if key else None}
+                try:
+                    response = await client.get(f"{base}{path}", headers=headers)
+                except httpx.HTTPError as exc:
+                    attempt.update({"status": None, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+                    attempts.append(attempt)
+                    results.append(False)
+                    break
+                ok = _health_ok(response) if path == "/health" else response.status_code == 200
+                attempt.update({"status": response.status_code, "ok": ok})
+                if not ok:
+                    attempt["body"] = _snippet(response)
+                attempts.append(attempt)
+                results.append(ok)
+                if not ok:
+                    break
+            if len(results) == 2 and all(results):
+                any_ok = True
+                break
+            if attempts and attempts[-1].get("error") and "Connect" in attempts[-1]["error"]:
+                break  # unreachable: other keys will not help
+    doc: dict[str, Any] = {
+        "any_ok": any_ok,
+        "endpoint_base_url": base,
+        "attempts": attempts,
+        "candidates_first15": [mask_secret(k) for k in keys],
+    }
+    if not keys:
+        doc["message"] = ("The backend knows no ENVIRONMENT_API_KEY: set it in the backend's environment or register "
+                          "it (synth_ai.backend.auth.register_environment_key).")
+    elif not any_ok:
+        doc["message"] = "No key/header combination got 200 from both /health and /task_info."
+    return doc

@@ -1,0 +1,140 @@
+"""The embedded backend's settings: one table, flag > environment > default, and where its files live.
+
+Every path is under the data dir (`~/.synth-ai/`, or `$SYNTH_AI_HOME`):
+
+    backend_keys.json        accepted API keys (0600); the first one is the default key clients use
+    env_keys.json            ENVIRONMENT_API_KEYs known to the backend (0600), used by verify_task_app
+    backend/backend.sqlite3  files, jobs, events, metrics, idempotency records (WAL)
+    backend/blobs/ab/<sha>   uploaded content, stored once per sha256
+    backend/tmp/             uploads in flight (same filesystem as blobs, so the final rename is atomic)
+    backend/jobs/<job_id>/   one folder per job: the trainer's workdir (checkpoints) and worker.log
+    backend/backend.json     where the running backend listens: {pid, host, port, url, started_at}
+    backend/backend.pid      pid of the running backend
+    backend/backend.log      log of a daemon started with `synth-ai backend start`
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from synth_ai.errors import InvalidInputError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024**3  # 20 GiB
+DEFAULT_SYNC_VALIDATE_BYTES = 64 * 1024**2  # files up to this size are validated before the upload answers
+
+# name -> (environment variable, meaning). docs/backend.md lists the same table.
+ENV_VARS: dict[str, tuple[str, str]] = {
+    "max_upload_bytes": ("SYNTH_AI_BACKEND_MAX_UPLOAD_BYTES", "Largest accepted upload in bytes (413 above it)."),
+    "sync_validate_bytes": ("SYNTH_AI_BACKEND_SYNC_VALIDATE_BYTES",
+                            "Uploads up to this size are validated before the upload request answers; larger ones "
+                            "answer `processing` and are validated in the background."),
+    "max_concurrent_jobs": ("SYNTH_AI_BACKEND_MAX_JOBS", "Jobs running at once (one worker process each)."),
+    "resume_on_restart": ("SYNTH_AI_BACKEND_RESUME",
+                          "1: a restarted backend resumes interrupted jobs from their last checkpoint; 0: fails them."),
+    "max_attempts": ("SYNTH_AI_BACKEND_MAX_ATTEMPTS", "How many times a job's worker may be started in all."),
+    "cancel_grace_s": ("SYNTH_AI_BACKEND_CANCEL_GRACE_S", "Seconds a worker gets to stop after a cancel before SIGKILL."),
+}
+
+
+def _env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(float(raw)) if any(c in raw for c in ".eE") else int(raw)
+    except ValueError:
+        raise InvalidInputError(f"{name}={raw!r} is not an integer.", hint=f"Set {name} to a whole number.") from None
+    if value < minimum:
+        raise InvalidInputError(f"{name}={raw!r} must be at least {minimum}.", hint=f"Set {name} >= {minimum}.")
+    return value
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise InvalidInputError(f"{name}={raw!r} is not a boolean.", hint=f"Set {name} to 1 or 0.")
+
+
+@dataclass
+class BackendSettings:
+    data_dir: Path
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    sync_validate_bytes: int = DEFAULT_SYNC_VALIDATE_BYTES
+    max_concurrent_jobs: int = 1
+    resume_on_restart: bool = True
+    max_attempts: int = 3
+    cancel_grace_s: int = 15
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, *, data_dir: Path | None = None, host: str | None = None, port: int | None = None) -> BackendSettings:
+        from synth_ai.env.paths import data_dir as default_data_dir
+
+        return cls(
+            data_dir=Path(data_dir) if data_dir is not None else default_data_dir(),
+            host=host or DEFAULT_HOST,
+            port=DEFAULT_PORT if port is None else port,
+            max_upload_bytes=_env_int(ENV_VARS["max_upload_bytes"][0], DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
+            sync_validate_bytes=_env_int(ENV_VARS["sync_validate_bytes"][0], DEFAULT_SYNC_VALIDATE_BYTES),
+            max_concurrent_jobs=_env_int(ENV_VARS["max_concurrent_jobs"][0], 1, minimum=1),
+            resume_on_restart=_env_bool(ENV_VARS["resume_on_restart"][0], True),
+            max_attempts=_env_int(ENV_VARS["max_attempts"][0], 3, minimum=1),
+            cancel_grace_s=_env_int(ENV_VARS["cancel_grace_s"][0], 15, minimum=0),
+        )
+
+    # Layout -------------------------------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return self.data_dir / "backend"
+
+    @property
+    def db_path(self) -> Path:
+        return self.root / "backend.sqlite3"
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.root / "blobs"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.root / "jobs"
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.jobs_dir / job_id
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in {"0.0.0.0", ""} else self.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    def ensure_dirs(self) -> None:
+        for path in (self.data_dir, self.root, self.blobs_dir, self.tmp_dir, self.jobs_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        for path in (self.data_dir, self.root):
+            try:
+                os.chmod(path, 0o700)
+            except OSError:
+                pass
+
+
+def state_paths(data_dir: Path) -> tuple[Path, Path, Path]:
+    """(backend.json, backend.pid, backend.log) for a data dir."""
+    root = data_dir / "backend"
+    return root / "backend.json", root / "backend.pid", root / "backend.log"

@@ -1,0 +1,248 @@
+"""One job's worker process: `python -m synth_ai.backend.worker <job_id>`.
+
+Started by the backend's scheduler, one process per job run. It loads the job from SQLite, runs the trainer and
+writes events, metrics and the final status to the database itself. torch, transformers and peft are imported
+here (through the trainer), never in the API process.
+
+Stopping: the scheduler asks for a cancel by setting `cancel_requested` and sending SIGTERM; the worker tells the
+trainer to stop (`should_stop()`), records `cancelled` and exits 0. If the backend itself goes away (shutdown, or
+killed: the kernel sends SIGTERM through PR_SET_PDEATHSIG, and the parent pid changes), the trainer stops at its
+next check, keeps its checkpoint, and the worker exits with EXIT_INTERRUPTED leaving the job `running`, for the
+next backend start to resume.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from synth_ai.backend import jobs as J
+from synth_ai.backend.db import Database, loads, utcnow
+from synth_ai.backend.settings import BackendSettings
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped because the backend went away; the job stays `running`
+PARENT_ENV = "SYNTH_AI_BACKEND_PARENT_PID"
+CANCEL_POLL_S = 0.5
+
+log = logging.getLogger("synth_ai.backend.worker")
+
+
+class Reporter:
+    """What a trainer gets to report with: events and metrics go straight to SQLite."""
+
+    def __init__(self, store: J.JobStore, job_id: str, kind: str) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.kind = kind
+        self.last_step = -1
+
+    def event(self, type: str, message: str, data: dict[str, Any] | None = None, level: str = "info") -> int:  # noqa: A002
+        full = type if type.startswith(f"{self.kind}.") else f"{self.kind}.{type}"
+        return self.store.add_event(self.job_id, full, message, data, level)
+
+    def metric(self, name: str, step: int, value: float, phase: str = "train") -> None:
+        self.last_step = max(self.last_step, int(step))
+        self.store.add_metric(self.job_id, name, int(step), float(value), phase)
+
+
+class StopSignal:
+    """`should_stop()` for the trainer: a cancel in the database, SIGTERM, or the backend gone."""
+
+    def __init__(self, store: J.JobStore, job_id: str, parent_pid: int | None) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.parent_pid = parent_pid
+        self.terminated = threading.Event()
+        self._cancelled = False
+        self._checked_at = 0.0
+        self.stopped = False
+
+    def cancelled(self, *, fresh: bool = False) -> bool:
+        now = time.monotonic()
+        if not self._cancelled and (fresh or now - self._checked_at >= CANCEL_POLL_S):
+            self._checked_at = now
+            row = self.store.get(self.job_id)
+            self._cancelled = bool(row is None or row["cancel_requested"] or row["status"] in J.TERMINAL)
+        return self._cancelled
+
+    def parent_gone(self) -> bool:
+        return self.parent_pid is not None and os.getppid() != self.parent_pid
+
+    def __call__(self) -> bool:
+        stop = self.terminated.is_set() or self.parent_gone() or self.cancelled()
+        if stop:
+            self.stopped = True
+        return stop
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the backend process dies (Linux only; elsewhere the ppid check covers it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def job_spec(job: Any, files: dict[str, Path], job_id: str) -> dict[str, Any]:
+    """The trainer's view of the job: the stored payload plus local paths of its files."""
+    spec = dict(loads(job["payload"]) or {})
+    spec["job_id"] = job_id
+    spec["model"] = job["model"]
+    if "training" in files:
+        spec["training_file_path"] = str(files["training"])
+    if "validation" in files:
+        spec["validation_file_path"] = str(files["validation"])
+    return spec
+
+
+def _file_paths(db: Database, settings: BackendSettings, job_id: str) -> dict[str, Path]:
+    from synth_ai.backend.storage import BlobStore
+
+    blobs = BlobStore(settings.blobs_dir, settings.tmp_dir)
+    rows = db.conn().execute(
+        "SELECT jf.role, f.sha256, f.id FROM job_files jf JOIN files f ON f.id = jf.file_id WHERE jf.job_id = ?",
+        (job_id,)).fetchall()
+    paths: dict[str, Path] = {}
+    for row in rows:
+        path = blobs.path_for(row["sha256"])
+        if not path.is_file():
+            raise FileNotFoundError(f"file {row['id']} ({row['role']}) is missing from the blob store: {path}")
+        paths[row["role"]] = path
+    return paths
+
+
+def run(job_id: str) -> int:
+    settings = BackendSettings.load()
+    db = Database(settings.db_path)
+    store = J.JobStore(db)
+    job = store.get(job_id)
+    if job is None:
+        print(f"worker: job {job_id} not found", file=sys.stderr)
+        return EXIT_FAILED
+    kind = job["kind"]
+    parent = int(os.environ[PARENT_ENV]) if os.environ.get(PARENT_ENV, "").isdigit() else None
+    stop = StopSignal(store, job_id, parent)
+    signal.signal(signal.SIGTERM, lambda *_: stop.terminated.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    if stop.parent_gone():
+        return EXIT_INTERRUPTED
+    if job["status"] in J.TERMINAL:
+        return EXIT_OK
+    if stop.cancelled(fresh=True):
+        store.transition(job_id, "cancelled", only_from={"queued", "running"},
+                         event=(J.EV_CANCELLED, "Job cancelled before training started.", None, "warning"))
+        return EXIT_OK
+
+    reporter = Reporter(store, job_id, kind)
+    workdir = settings.job_dir(job_id) / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    resumed = job["attempts"] > 1
+    claimed = store.transition(job_id, "running", only_from={"queued", "running"}, worker_pid=os.getpid(),
+                               started_at=job["started_at"] or utcnow(),
+                     event=(J.EV_WORKER_STARTED, ("Worker restarted to resume" if resumed else "Worker started")
+                            + f" (attempt {job['attempts']}, pid {os.getpid()})",
+                            {"attempt": job["attempts"], "resumed": resumed, "pid": os.getpid(),
+                             "workdir": str(workdir)}, "info"),
+                     message=f"worker {os.getpid()} started")
+    if not claimed:  # cancelled (or settled) between the scheduler starting us and now
+        return EXIT_OK
+    try:
+        files = _file_paths(db, settings, job_id)
+        spec = job_spec(job, files, job_id)
+        from synth_ai.backend.modelstore import ModelStore
+
+        model_store = ModelStore(settings.data_dir)
+        if kind == "sft":
+            from synth_ai.backend.trainers.sft import run_sft as trainer
+        else:
+            from synth_ai.backend.trainers.rl import run_rl as trainer  # type: ignore[import-not-found]
+        result = trainer(spec, workdir=workdir, model_store=model_store, reporter=reporter, should_stop=stop) or {}
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's reason
+        if stop.cancelled(fresh=True):
+            _record_cancel(store, job_id, reporter)
+            return EXIT_OK
+        if stop.terminated.is_set() or stop.parent_gone():
+            return _interrupted(store, job_id, reporter, f"{type(exc).__name__}: {exc}")
+        reason = _reason(exc)
+        store.transition(job_id, "failed", only_from={"running"}, error=reason,
+                         event=(J.EV_FAILED, f"Job failed: {reason}",
+                                {"reason": reason, "error_type": type(exc).__name__,
+                                 "traceback": traceback.format_exc(limit=8)[-4000:]}, "error"),
+                         message=reason)
+        traceback.print_exc()
+        return EXIT_FAILED
+
+    completed = bool(result.get("fine_tuned_model")) and not result.get("stopped") and not result.get("cancelled")
+    if stop.cancelled(fresh=True):
+        _record_cancel(store, job_id, reporter)
+        return EXIT_OK
+    if not completed and stop.stopped:
+        return _interrupted(store, job_id, reporter, "the backend stopped")
+    if not completed:
+        reason = "the trainer returned without a fine-tuned model"
+        store.transition(job_id, "failed", only_from={"running"}, error=reason,
+                         event=(J.EV_FAILED, f"Job failed: {reason}", {"reason": reason, "result": result}, "error"),
+                         message=reason)
+        return EXIT_FAILED
+
+    fine_tuned = str(result["fine_tuned_model"])
+    data = {k: v for k, v in result.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    data["fine_tuned_model"] = fine_tuned
+    store.transition(job_id, "succeeded", only_from={"running"}, fine_tuned_model=fine_tuned, error=None,
+                     event=(J.EV_COMPLETED, f"Job completed: {fine_tuned}", data, "info"),
+                     message=f"fine-tuned model {fine_tuned}")
+    return EXIT_OK
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, ModuleNotFoundError):
+        text = (f"a dependency of the trainer is not installed ({exc.name}); install the training extra: "
+                "pip install 'synth-ai[train]'")
+    elif isinstance(exc, ImportError):
+        text = f"the trainer could not be loaded: {text}"
+    return text[:2000]
+
+
+def _record_cancel(store: J.JobStore, job_id: str, reporter: Reporter) -> None:
+    step = reporter.last_step
+    where = f" at step {step}" if step >= 0 else ""
+    store.transition(job_id, "cancelled", only_from={"queued", "running"},
+                     event=(J.EV_CANCELLED, f"Job cancelled; the worker stopped{where}.",
+                            {"last_step": step if step >= 0 else None}, "warning"),
+                     message="cancelled by request")
+
+
+def _interrupted(store: J.JobStore, job_id: str, reporter: Reporter, why: str) -> int:
+    step = reporter.last_step
+    store.add_event(job_id, f"{reporter.kind}.{J.EV_INTERRUPTED}",
+                    f"Worker stopped because {why}; the job resumes from its last checkpoint when the backend "
+                    "starts again.", {"last_step": step if step >= 0 else None}, "warning")
+    return EXIT_INTERRUPTED
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m synth_ai.backend.worker <job_id>", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(args[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""The scheduler: the API process's only part in running jobs.
+
+A background thread that starts one worker process per queued job (up to `max_concurrent_jobs`), reaps workers
+that exit, turns a cancel request into SIGTERM (then SIGKILL after a grace period), and at startup settles every
+job a previous backend left `running`: resumed from its last checkpoint (the worker is started again and the
+trainer picks up its checkpoint) or failed with the reason.
+
+Workers are started from this one long-lived thread because Linux's PR_SET_PDEATHSIG (which the worker uses to
+notice the backend dying) fires when the *thread* that forked it exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from synth_ai.backend import jobs as J
+from synth_ai.backend.db import Database
+from synth_ai.backend.settings import BackendSettings
+from synth_ai.backend.worker import EXIT_INTERRUPTED, PARENT_ENV
+
+log = logging.getLogger("synth_ai.backend.scheduler")
+
+TICK_S = 0.5
+RESUMABLE_KINDS = frozenset({"sft"})
+
+
+@dataclass
+class _Running:
+    job_id: str
+    proc: subprocess.Popen
+    log_path: Path
+    started: float = field(default_factory=time.monotonic)
+    term_sent_at: float | None = None
+    killed: bool = False
+
+
+class Scheduler:
+    def __init__(self, settings: BackendSettings, db: Database) -> None:
+        self.settings = settings
+        self.db = db
+        self.store = J.JobStore(db)
+        self._running: dict[str, _Running] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # Lifecycle --------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="synth-ai-scheduler", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def shutdown(self, timeout: float = 20.0) -> None:
+        """Stop every worker (they keep their checkpoints; the jobs stay `running` for the next start to settle)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout + 5)
+
+    def running_jobs(self) -> list[str]:
+        with self._lock:
+            return list(self._running)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # the loop must survive a bad tick (a locked db, a vanished job)
+                log.exception("scheduler tick failed")
+            self._wake.wait(TICK_S)
+            self._wake.clear()
+        self._stop_all(timeout=max(1.0, float(self.settings.cancel_grace_s)))
+
+    def _stop_all(self, timeout: float = 20.0) -> None:
+        with self._lock:
+            running = list(self._running.values())
+        for item in running:
+            _signal(item.proc, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for item in running:
+            try:
+                item.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal(item.proc, signal.SIGKILL)
+                item.proc.wait()
+            log.info("worker for %s stopped with the backend (exit %s)", item.job_id, item.proc.returncode)
+        with self._lock:
+            self._running.clear()
+
+    # One pass ---------------------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        self._reap()
+        self._handle_cancels()
+        self._spawn_queued()
+
+    def _reap(self) -> None:
+        with self._lock:
+            items = list(self._running.values())
+        for item in items:
+            code = item.proc.poll()
+            if code is None:
+                continue
+            with self._lock:
+                self._running.pop(item.job_id, None)
+            self._settle_exit(item, code)
+
+    def _settle_exit(self, item: _Running, code: int) -> None:
+        row = self.store.get(item.job_id)
+        if row is None or row["status"] in J.TERMINAL:
+            return
+        if row["cancel_requested"]:
+            how = "was killed after the grace period" if item.killed else f"exited with code {code}"
+            self.store.transition(item.job_id, "cancelled", only_from=J.ACTIVE,
+                                  event=(J.EV_CANCELLED, f"Job cancelled; the worker {how}.",
+                                         {"exit_code": code}, "warning"),
+                                  message="cancelled by request")
+            return
+        if code == EXIT_INTERRUPTED and not self._stop.is_set():
+            # Stopped from outside (not by us): treat like a restart.
+            self._requeue_or_fail(row, "its worker was stopped from outside the backend")
+            return
+        if code == EXIT_INTERRUPTED:
+            return
+        reason = f"the worker process exited with code {code}" if code >= 0 else \
+            f"the worker process was killed by signal {-code} ({_signame(-code)})"
+        tail = _tail(item.log_path)
+        self.store.transition(item.job_id, "failed", only_from=J.ACTIVE, error=reason,
+                              event=(J.EV_FAILED, f"Job failed: {reason}",
+                                     {"reason": reason, "exit_code": code, "log_tail": tail}, "error"),
+                              message=reason)
+
+    def _handle_cancels(self) -> None:
+        with self._lock:
+            items = list(self._running.values())
+        now = time.monotonic()
+        for item in items:
+            if item.term_sent_at is None:
+                row = self.store.get(item.job_id)
+                if row is not None and row["cancel_requested"]:
+                    _signal(item.proc, signal.SIGTERM)
+                    item.term_sent_at = now
+            elif not item.killed and now - item.term_sent_at > self.settings.cancel_grace_s:
+                _signal(item.proc, signal.SIGKILL)
+                item.killed = True
+
+    def _spawn_queued(self) -> None:
+        if self._stop.is_set():
+            return
+        with self._lock:
+            free = self.settings.max_concurrent_jobs - len(self._running)
+            busy = set(self._running)
+        if free <= 0:
+            return
+        rows = self.db.conn().execute(
+            "SELECT * FROM jobs WHERE status = 'queued' ORDER BY updated_at, created_at LIMIT ?",
+            (free + len(busy),)).fetchall()
+        for row in rows:
+            if free <= 0:
+                break
+            if row["id"] in busy:
+                continue
+            if row["cancel_requested"]:
+                self.store.transition(row["id"], "cancelled", only_from={"queued"},
+                                      event=(J.EV_CANCELLED, "Job cancelled before it started.", None, "warning"))
+                continue
+            self._spawn(row)
+            free -= 1
+
+    def _spawn(self, row) -> None:
+        job_id = row["id"]
+        job_dir = self.settings.job_dir(job_id)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        log_path = job_dir / "worker.log"
+        env = dict(os.environ)
+        env["SYNTH_AI_HOME"] = str(self.settings.data_dir)
+        env[PARENT_ENV] = str(os.getpid())
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        attempts = row["attempts"] + 1
+        # Count the attempt before the process exists: a crash right after spawn still counts.
+        self.store.update(job_id, attempts=attempts)
+        with open(log_path, "ab") as log_file:
+            log_file.write(f"\n=== attempt {attempts} ===\n".encode())
+            log_file.flush()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "synth_ai.backend.worker", job_id],
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                cwd=str(job_dir), start_new_session=True, close_fds=True)
+        self.store.update(job_id, worker_pid=proc.pid)
+        with self._lock:
+            self._running[job_id] = _Running(job_id, proc, log_path)
+        log.info("started worker pid %s for job %s (attempt %s)", proc.pid, job_id, attempts)
+
+    # Restart settlement -----------------------------------------------------------------------------------------
+    def settle_on_startup(self) -> list[dict[str, str]]:
+        """Settle jobs a previous backend left active; returns what was done, for the log."""
+        actions: list[dict[str, str]] = []
+        rows = self.db.conn().execute("SELECT * FROM jobs WHERE status IN ('queued', 'running')").fetchall()
+        for row in rows:
+            pid = row["worker_pid"]
+            if pid and _is_worker_of(pid, row["id"]):
+                _stop_orphan(pid, self.settings.cancel_grace_s)
+            if row["status"] == "queued":
+                if pid:
+                    self.store.update(row["id"], worker_pid=None)
+                actions.append({"job_id": row["id"], "action": "kept queued"})
+                continue
+            if row["cancel_requested"]:
+                self.store.transition(row["id"], "cancelled", only_from={"running"},
+                                      event=(J.EV_CANCELLED, "Job cancelled (the backend restarted while it was "
+                                                             "stopping).", None, "warning"))
+                actions.append({"job_id": row["id"], "action": "cancelled"})
+                continue
+            actions.append({"job_id": row["id"],
+                            "action": self._requeue_or_fail(row, "the backend restarted while it was running")})
+        return actions
+
+    def _requeue_or_fail(self, row, why: str) -> str:
+        job_id, attempts = row["id"], row["attempts"]
+        if not self.settings.resume_on_restart:
+            reason = f"{why}, and resuming is disabled (SYNTH_AI_BACKEND_RESUME=0)"
+        elif row["kind"] not in RESUMABLE_KINDS:
+            reason = f"{why}; {row['kind'].upper()} jobs cannot be resumed"
+        elif attempts >= self.settings.max_attempts:
+            reason = f"{why}, and it has used all {self.settings.max_attempts} attempts"
+        else:
+            self.store.transition(
+                job_id, "queued", only_from={"running"}, worker_pid=None,
+                event=(J.EV_REQUEUED, f"Job will resume from its last checkpoint: {why}.",
+                       {"reason": why, "attempts": attempts}, "warning"),
+                message=f"requeued: {why}")
+            self.wake()
+            return "resumed"
+        self.store.transition(job_id, "failed", only_from={"running", "queued"}, error=reason,
+                              event=(J.EV_FAILED, f"Job failed: {reason}", {"reason": reason}, "error"),
+                              message=reason)
+        return "failed"
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except (ProcessLookupError, OSError):
+        pass
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return str(num)
+
+
+def _is_worker_of(pid: int, job_id: str) -> bool:
+    """Whether `pid` is a live worker process for this job (guards against pid reuse)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"synth_ai.backend.worker" in cmdline and job_id.encode() in cmdline
+
+
+def _stop_orphan(pid: int, grace: float) -> None:
+    """A worker left by a dead backend: SIGTERM (it checkpoints and exits), then SIGKILL."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + max(grace, 1)
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

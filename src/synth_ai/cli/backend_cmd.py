@@ -1,0 +1,101 @@
+"""`synth-ai backend serve|start|stop|status`: the embedded learning API on this machine."""
+
+from __future__ import annotations
+
+import typer
+
+from synth_ai.cli.app import json_option, output_of
+
+HOST_HELP = "Interface to bind. 127.0.0.1 (default) keeps the backend private to this machine."
+PORT_HELP = "Port to listen on."
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(
+        help="The embedded backend: the Synth learning API (files, SFT jobs, inference) on this machine.",
+        no_args_is_help=True,
+    )
+
+    @group.command("serve")
+    def serve_cmd(
+        ctx: typer.Context,
+        host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
+        port: int = typer.Option(8000, "--port", min=1, max=65535, help=PORT_HELP),
+        log_level: str = typer.Option("info", "--log-level", help="uvicorn log level: debug, info, warning, error."),
+    ) -> None:
+        """Run the backend in the foreground until Ctrl-C."""
+        from synth_ai.backend.daemon import serve
+        from synth_ai.backend.settings import BackendSettings
+
+        out = output_of(ctx)
+        settings = BackendSettings.load(host=host, port=port)
+
+        def ready(state: dict) -> None:
+            from synth_ai.backend.auth import keys_path
+
+            if out.json_mode:
+                return
+            out.info(f"synth-ai backend listening on {state['url']} (API base {state['api_base']})")
+            out.info(f"data dir {settings.data_dir}; API keys in {keys_path(settings.data_dir)}")
+
+        serve(settings, log_level=log_level, on_ready=ready)
+
+    @group.command("start")
+    def start_cmd(
+        ctx: typer.Context,
+        host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
+        port: int = typer.Option(8000, "--port", min=1, max=65535, help=PORT_HELP),
+        timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for it to answer."),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Start the backend in the background (pid and log under the data dir)."""
+        from synth_ai.backend.daemon import start
+        from synth_ai.backend.settings import BackendSettings
+
+        out = output_of(ctx, json_flag)
+        doc = start(BackendSettings.load(host=host, port=port), timeout=timeout)
+
+        def human(o) -> None:
+            verb = "already running" if doc.get("already_running") else "started"
+            o.info(f"Backend {verb} at {doc['url']} (pid {doc['pid']}).")
+            o.info(f"Log: {doc['log_file']}  Keys: {doc['key_file']}")
+
+        out.result(doc, human)
+
+    @group.command("stop")
+    def stop_cmd(ctx: typer.Context, json_flag: bool = json_option()) -> None:
+        """Stop the background backend (running jobs resume from their checkpoints at the next start)."""
+        from synth_ai.backend.daemon import stop
+        from synth_ai.env.paths import data_dir
+
+        out = output_of(ctx, json_flag)
+        doc = stop(data_dir())
+
+        def human(o) -> None:
+            if doc["was_running"]:
+                o.info(f"Backend stopped (pid {doc['pid']}{', forced' if doc.get('forced') else ''}).")
+            else:
+                o.info("No backend is running.")
+
+        out.result(doc, human)
+
+    @group.command("status")
+    def status_cmd(ctx: typer.Context, json_flag: bool = json_option()) -> None:
+        """Whether the backend runs, its URL and pid."""
+        from synth_ai.backend.daemon import status
+        from synth_ai.env.paths import data_dir
+
+        out = output_of(ctx, json_flag)
+        doc = status(data_dir())
+
+        def human(o) -> None:
+            if doc["running"]:
+                health = "healthy" if doc["healthy"] else "not answering"
+                o.info(f"Backend running at {doc['url']} (pid {doc['pid']}, {health}).")
+            else:
+                o.info("Backend not running. Start it with `synth-ai backend start`.")
+            o.info(f"Data dir: {doc['data_dir']}  Keys: {doc['key_file']}")
+
+        out.result(doc, human)
+
+    app.add_typer(group, name="backend")
