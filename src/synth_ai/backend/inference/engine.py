@@ -21,6 +21,7 @@ import os
 import secrets
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,7 +131,9 @@ class InferenceEngine:
             from peft import PeftModel
 
             base = loading.load_model(base_path, where)
-            model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+            with warnings.catch_warnings():  # a deprecation inside peft; nothing for a user to do
+                warnings.filterwarnings("ignore", category=FutureWarning)
+                model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
         else:
             model = loading.load_model(path, where)
         model.eval()

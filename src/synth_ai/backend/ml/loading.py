@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 MODEL_CARD = "synth_model.json"  # our metadata next to a checkpoint: kind full|lora, base model, job
+_default_threads: int | None = None  # torch's thread count before we first changed it
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,16 @@ def configure_threads(*, tiny: bool) -> int:
     on a busy 2-core machine make tiny steps ~10x slower). Returns the thread count in effect."""
     import torch
 
+    global _default_threads
+    if _default_threads is None:
+        _default_threads = torch.get_num_threads()
     raw = os.environ.get("OMP_NUM_THREADS", "").strip()
     if raw.isdigit() and int(raw) > 0:
         torch.set_num_threads(int(raw))
     elif tiny and not torch.cuda.is_available():
         torch.set_num_threads(1)
+    else:  # a real model after a tiny one in the same process gets torch's default back
+        torch.set_num_threads(_default_threads)
     return torch.get_num_threads()
 
 

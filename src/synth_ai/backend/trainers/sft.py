@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -162,7 +163,9 @@ def resolve_settings(spec: dict[str, Any]) -> Settings:
                             ("hyperparameters.train_steps", hp.get("train_steps")),
                             ("hyperparameters.steps", hp.get("steps")))
     total_steps = _int(step_key, steps) if step_key else None
-    n_epochs = None if total_steps else _int("hyperparameters.n_epochs", hp.get("n_epochs") or 1)
+    raw_epochs = hp.get("n_epochs")
+    n_epochs = None if total_steps else (_int("hyperparameters.n_epochs", raw_epochs) if raw_epochs is not None
+                                         else 1)
 
     default_lr = 2e-4 if mode == "lora" else 2e-5
     lr = _float("hyperparameters.learning_rate", hp.get("learning_rate", default_lr), low=0.0, strict_low=True)
@@ -619,7 +622,9 @@ def _wrap_lora(model: Any, settings: Settings, vision: bool) -> Any:
     config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
                         target_modules=targets, modules_to_save=projector or None, exclude_modules=exclude,
                         bias="none", task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft asks transformers a deprecated question; nothing for a user to do
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        return get_peft_model(model, config)
 
 
 def _save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, settings: Settings, model_id: str,
