@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import stat
+import subprocess
 import sys
 import textwrap
 import time
@@ -307,3 +308,72 @@ def test_url_line_parsing_and_failure_classes() -> None:
     with pytest.raises(ServerError):
         raise_for_failure(RunResult(2, ["Traceback ...", "ValueError: bad"]), command="deploy")
     raise_for_failure(RunResult(0, []), command="deploy")
+
+
+def test_generated_app_runs_from_the_container_layout(cli, tmp_path: Path, monkeypatch) -> None:
+    """Copy the mounted directories to where the image puts them (under a stand-in for /opt/synth_ai) and run the
+    ASGI factory in a fresh interpreter: `synth_ai` and the app must load from those copies alone."""
+    import shutil
+
+    import synth_ai
+
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    doc = dry_run(cli)
+    root = tmp_path / "opt" / "synth_ai"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".env", "*.env", "*.db")
+    shutil.copytree(Path(synth_ai.__file__).parent, root / "synth_ai", ignore=ignore)
+    crafter_dir = Path(__file__).resolve().parents[1] / "examples" / "task_apps" / "crafter"
+    shutil.copytree(crafter_dir, root / "task_app" / "crafter", ignore=ignore)
+    source = Path(doc["script_path"]).read_text()
+    source = source.replace("REMOTE_ROOT = '/opt/synth_ai'", f"REMOTE_ROOT = {str(root)!r}")
+    source = source.replace("'/opt/synth_ai/task_app/crafter/task_app.py'",
+                            repr(str(root / "task_app" / "crafter" / "task_app.py")))
+    script = tmp_path / "container_modal.py"
+    script.write_text(source)
+    probe = textwrap.dedent(f'''
+        import asyncio, importlib.util, json, sys, warnings
+        warnings.simplefilter("ignore")
+        spec = importlib.util.spec_from_file_location("container_app", {str(script)!r})
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert "synth_ai" not in sys.modules  # the generated file itself needs only modal
+        app = module.fastapi_app.local()
+        import httpx, synth_ai
+        async def main():
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://c") as client:
+                info = await client.get("/task_info", params={{"seed": 2}}, headers={{"X-API-Key": {ENV_KEY!r}}})
+            return info.json()
+        info = asyncio.run(main())
+        crafter_module = next(m for m in list(sys.modules.values())
+                              if getattr(m, "APP_ID", None) == "grpo-crafter-task-app")
+        print(json.dumps({{"synth_ai": synth_ai.__file__, "app": crafter_module.__file__,
+                          "seed": info["dataset"]["seed"]}}))
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["synth_ai"].startswith(str(root / "synth_ai"))
+    assert found["app"].startswith(str(root / "task_app" / "crafter")) and found["seed"] == 2
+
+
+def test_modal_command_resolution(tmp_path: Path, monkeypatch) -> None:
+    from synth_ai.deploy import modal_cli
+    from synth_ai.errors import UnavailableError
+
+    exe = fake_modal(tmp_path, "")
+    monkeypatch.setenv("PATH", str(exe.parent))
+    assert modal_cli.resolve_modal_command(None) == [str(exe)]  # `modal` on PATH first
+    assert modal_cli.resolve_modal_command(str(exe)) == [str(exe)]
+    monkeypatch.setenv("SYNTH_FORCE_MODAL_WRAPPER", "1")
+    assert modal_cli.resolve_modal_command(None) == [sys.executable, "-m", "modal"]
+    monkeypatch.delenv("SYNTH_FORCE_MODAL_WRAPPER")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert modal_cli.resolve_modal_command("modal") == [sys.executable, "-m", "modal"]
+    # No `modal` anywhere: the package is absent too (simulated; it is installed here).
+    monkeypatch.setattr(modal_cli.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(UnavailableError, match="the `modal` package is not installed") as info:
+        modal_cli.resolve_modal_command("modal")
+    assert info.value.exit_code == ExitCode.UNAVAILABLE and "pip install 'synth-ai[modal]'" in info.value.hint

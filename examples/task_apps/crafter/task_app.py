@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -199,8 +200,9 @@ def _turn_budget(request: RolloutRequest) -> int:
 
 
 def _requested_actions(completion: dict[str, Any]) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
-    """(valid actions, rejected entries, the tool calls as recorded) from the model's answer. Tool calls win;
-    without any, action names written in the reply text are used."""
+    """(valid actions, rejected entries, the tool calls as recorded) from the model's answer. Tool calls win (their
+    arguments may use aliases such as `left`); without any, exact action names written in the reply text are used
+    (aliases there would turn prose like "go up the hill" into moves)."""
     calls = tool_calls_of(completion)
     raw: list[Any] = []
     recorded: list[dict[str, Any]] = []
@@ -216,8 +218,8 @@ def _requested_actions(completion: dict[str, Any]) -> tuple[list[str], list[Any]
         content = ((completion.get("choices") or [{}])[0].get("message") or {}).get("content")
         if isinstance(content, str):
             words = content.replace(",", " ").replace("\n", " ").split()
-            raw = [w.strip("`'\".;:()[]<>") for w in words]
-            raw = [w for w in raw if crafter_env.normalise_action(w)]
+            raw = [w.strip("`'\".;:()[]<>").lower() for w in words]
+            raw = [w for w in raw if w in crafter_env.ACTION_NAMES]
             if raw:
                 recorded.append({"tool_name": TOOL_NAME, "arguments": {"actions": raw}, "parsed_from": "content"})
     actions, rejected = [], []
@@ -234,125 +236,158 @@ def _history_text(last_actions: list[str], last_unlocked: list[str]) -> str:
     return text + (f" -> unlocked {', '.join(last_unlocked)}" if last_unlocked else " -> nothing unlocked")
 
 
+@dataclass(frozen=True)
+class RolloutSettings:
+    """Everything a rollout request asks for, validated before the world is generated (bad input → 400)."""
+
+    inference_url: str
+    policy: dict[str, Any]
+    vision: Any  # VisionSettings
+    episode: Any  # crafter_env.EpisodeConfig
+    max_turns: int
+    max_actions: int
+    timeout_s: float
+    max_ops: int
+    max_time_s: float
+
+    @classmethod
+    def from_request(cls, request: RolloutRequest) -> RolloutSettings:
+        policy = dict(request.policy.config or {})
+        raw_url = policy.get("inference_url")
+        if not raw_url:
+            raise _bad_request("policy.config.inference_url is required", code="missing_inference_url")
+        try:
+            vision = VisionSettings.from_policy_config(policy)
+            episode = crafter_env.EpisodeConfig.from_request(request.env.seed, request.env.config,
+                                                             default_seed=DEFAULT_SEED)
+        except ValueError as exc:
+            raise _bad_request(str(exc)) from exc
+        max_actions = _int_option(policy.get("max_actions_per_call"), "policy.config.max_actions_per_call")
+        return cls(
+            inference_url=normalize_inference_url(str(raw_url)), policy=policy, vision=vision, episode=episode,
+            max_turns=_turn_budget(request), max_actions=min(max_actions or MAX_ACTIONS_PER_CALL, MAX_ACTIONS_PER_CALL),
+            timeout_s=float(policy.get("timeout_s") or DEFAULT_INFERENCE_TIMEOUT_S),
+            max_ops=request.safety.max_ops, max_time_s=request.safety.max_time_s,
+        )
+
+
 async def rollout(request: RolloutRequest, fastapi_request: Any = None) -> RolloutResponse:
     started = time.monotonic()
-    policy_cfg = dict(request.policy.config or {})
-    raw_url = policy_cfg.get("inference_url")
-    if not raw_url:
-        raise _bad_request("policy.config.inference_url is required", code="missing_inference_url")
-    inference_url = normalize_inference_url(str(raw_url))
-    try:
-        vision = VisionSettings.from_policy_config(policy_cfg)
-        episode_cfg = crafter_env.EpisodeConfig.from_request(request.env.seed, request.env.config,
-                                                             default_seed=DEFAULT_SEED)
-    except ValueError as exc:
-        raise _bad_request(str(exc)) from exc
-    max_turns = _turn_budget(request)
-    max_actions = min(_int_option(policy_cfg.get("max_actions_per_call"), "policy.config.max_actions_per_call")
-                      or MAX_ACTIONS_PER_CALL, MAX_ACTIONS_PER_CALL)
-    timeout_s = float(policy_cfg.get("timeout_s") or DEFAULT_INFERENCE_TIMEOUT_S)
-    max_ops, max_time_s = request.safety.max_ops, request.safety.max_time_s
-
-    episode = crafter_env.CrafterEpisode(episode_cfg)
+    settings = RolloutSettings.from_request(request)
+    episode = crafter_env.CrafterEpisode(settings.episode)
     await asyncio.to_thread(episode.reset)  # world generation takes about a second
     trace = current_trace()
 
     steps: list[dict[str, Any]] = []
     ops_executed = 0
     stop_reason = "max_turns"
-    frames = [episode.frame]
-    last_actions: list[str] = []
-    last_unlocked: list[str] = []
-    for turn in range(max_turns):
-        remaining = max_time_s - (time.monotonic() - started)
+    frames = [episode.frame]  # the frames since the last decision, newest last
+    previous: dict[str, Any] = {"actions": [], "achievements_unlocked": []}
+    for turn in range(settings.max_turns):
+        remaining = settings.max_time_s - (time.monotonic() - started)
         if remaining <= 0:
             stop_reason = "max_time_s"
             break
-        if ops_executed + 2 > max_ops:  # a turn is one agent op and one env op
+        if ops_executed + 2 > settings.max_ops:  # a turn is one agent op and one env op
             stop_reason = "max_ops"
             break
-        obs = episode.observation(turn=turn, max_turns=max_turns)
-        text = obs["text"] + "\n" + _history_text(last_actions, last_unlocked)
-        image_urls = [png_data_url(image_to_png_bytes(f)) for f in frames] if vision.use_vision else []
-        image_urls = image_urls[-vision.max_images_per_message:]
-        if image_urls:
-            obs["observation_image_data_url"] = image_urls[-1]
-        user = build_user_message(text, image_urls, vision)
-        payload = _payload(policy_cfg, [{"role": "system", "content": SYSTEM_PROMPT}, user])
+        step, frames = await _turn(settings, episode, turn, frames, previous, timeout_s=min(settings.timeout_s,
+                                                                                              remaining))
+        ops_executed += 2
+        steps.append(step)
+        previous = step["info"]
         if trace is not None:
-            trace.timestep(turn_number=turn, metadata={"seed": episode_cfg.seed})
-        completion = await chat_completion(inference_url, payload, timeout=max(1.0, min(timeout_s, remaining)))
-        ops_executed += 1
-        actions, rejected, recorded_calls = _requested_actions(completion)
-        actions = actions[:max_actions]
-
-        unlocked_before = len(episode.unlocked)
-        results = await asyncio.to_thread(_play, episode, actions)
-        ops_executed += 1
-        unlocked = episode.unlocked[unlocked_before:]
-        reward = float(len(unlocked))
-        frames = [r[1] for r in results] or [episode.frame]
-        last_actions, last_unlocked = [r[0].action for r in results], unlocked
-        message = (completion.get("choices") or [{}])[0].get("message") or {}
-        info = {
-            "meta": {
-                "inference_url": inference_url,
-                "turn": turn,
-                "model": completion.get("model") or policy_cfg.get("model"),
-                "inference_request": {"messages": len(payload["messages"]), "images": len(image_urls),
-                                      "image_only_mode": vision.image_only_mode, "tool": TOOL_NAME},
-            },
-            "actions": last_actions,
-            "invalid_actions": rejected,
-            "achievements_unlocked": list(unlocked),
-            "achievements": list(episode.unlocked),
-            "crafter_reward": round(sum(r[0].crafter_reward for r in results), 4),
-            "world_step": episode.steps,
-            "assistant": {"content": message.get("content"), "tool_calls": message.get("tool_calls") or []},
-        }
-        steps.append({"obs": obs, "tool_calls": recorded_calls, "reward": reward, "done": episode.done,
-                      "truncated": False, "info": info})
-        if trace is not None:
-            event = trace.environment_event(reward=reward, terminated=episode.done, truncated=False,
-                                            system_state_after={"text": obs["text"], "actions": last_actions},
-                                            metadata={"achievements_unlocked": list(unlocked)})
-            trace.event_reward(event, reward, reward_type="achievement_delta", source="environment")
+            event = trace.environment_event(
+                reward=step["reward"], terminated=episode.done, truncated=False,
+                system_state_after={"text": step["obs"]["text"], "actions": previous["actions"]},
+                metadata={"achievements_unlocked": previous["achievements_unlocked"]})
+            trace.event_reward(event, step["reward"], reward_type="achievement_delta", source="environment")
         if episode.done:
             stop_reason = "episode_done"
             break
     if steps and not episode.done:
         steps[-1]["truncated"] = True
-
-    total = float(len(episode.unlocked))
     if trace is not None:
-        trace.set_outcome(total, achievements_count=len(episode.unlocked), total_steps=len(steps),
-                          metadata={"achievements": list(episode.unlocked), "seed": episode_cfg.seed})
-    final_obs = episode.observation(turn=len(steps), max_turns=max_turns)
-    cid = correlation_id_of(inference_url) or policy_cfg.get("trace_correlation_id") or request.run_id
+        trace.set_outcome(float(len(episode.unlocked)), achievements_count=len(episode.unlocked),
+                          total_steps=len(steps), metadata={"achievements": list(episode.unlocked),
+                                                            "seed": settings.episode.seed})
+    return _response(request, settings, episode, steps, stop_reason, ops_executed)
+
+
+async def _turn(settings: RolloutSettings, episode: Any, turn: int, frames: list[Any], previous: dict[str, Any],
+                *, timeout_s: float) -> tuple[dict[str, Any], list[Any]]:
+    """One decision and its actions: (the step, the frames seen after each action)."""
+    trace = current_trace()
+    obs = episode.observation(turn=turn, max_turns=settings.max_turns)
+    text = obs["text"] + "\n" + _history_text(previous["actions"], previous["achievements_unlocked"])
+    vision = settings.vision
+    image_urls = [png_data_url(image_to_png_bytes(f)) for f in frames][-vision.max_images_per_message:] \
+        if vision.use_vision else []
+    if image_urls:
+        obs["observation_image_data_url"] = image_urls[-1]
+    payload = _payload(settings.policy, [{"role": "system", "content": SYSTEM_PROMPT},
+                                         build_user_message(text, image_urls, vision)])
+    if trace is not None:
+        trace.timestep(turn_number=turn, metadata={"seed": settings.episode.seed})
+    completion = await chat_completion(settings.inference_url, payload, timeout=max(1.0, timeout_s))
+    actions, rejected, recorded_calls = _requested_actions(completion)
+
+    unlocked_before = len(episode.unlocked)
+    results = await asyncio.to_thread(_play, episode, actions[:settings.max_actions])
+    unlocked = episode.unlocked[unlocked_before:]
+    message = (completion.get("choices") or [{}])[0].get("message") or {}
+    info = {
+        "meta": {
+            "inference_url": settings.inference_url,
+            "turn": turn,
+            "model": completion.get("model") or settings.policy.get("model"),
+            "inference_request": {"messages": len(payload["messages"]), "images": len(image_urls),
+                                  "image_only_mode": vision.image_only_mode, "tool": TOOL_NAME},
+        },
+        "actions": [result.action for result, _ in results],
+        "invalid_actions": rejected,
+        "achievements_unlocked": list(unlocked),
+        "achievements": list(episode.unlocked),
+        "crafter_reward": round(sum(result.crafter_reward for result, _ in results), 4),
+        "world_step": episode.steps,
+        "assistant": {"content": message.get("content"), "tool_calls": message.get("tool_calls") or []},
+    }
+    step = {"obs": obs, "tool_calls": recorded_calls, "reward": float(len(unlocked)), "done": episode.done,
+            "truncated": False, "info": info}
+    return step, [frame for _, frame in results] or [episode.frame]
+
+
+def _response(request: RolloutRequest, settings: RolloutSettings, episode: Any, steps: list[dict[str, Any]],
+              stop_reason: str, ops_executed: int) -> RolloutResponse:
+    total = float(len(episode.unlocked))
+    episode_return = sum(step["reward"] for step in steps)
+    cid = (correlation_id_of(settings.inference_url) or settings.policy.get("trace_correlation_id")
+           or request.run_id)
     return RolloutResponse(
         run_id=request.run_id,
         trajectories=[{
-            "env_id": request.env.env_id or f"crafter-{episode_cfg.seed}",
+            "env_id": request.env.env_id or f"crafter-{settings.episode.seed}",
             "policy_id": request.policy.policy_id or request.policy.policy_name or "crafter-react",
             "steps": steps,
-            "final": {"observation": final_obs, "reward": total},
+            "final": {"observation": episode.observation(turn=len(steps), max_turns=settings.max_turns),
+                      "reward": total},
             "length": len(steps),
-            "inference_url": inference_url,
+            "inference_url": settings.inference_url,
         }],
         metrics={
-            "episode_returns": [sum(s["reward"] for s in steps)],
-            "mean_return": sum(s["reward"] for s in steps),
+            "episode_returns": [episode_return],
+            "mean_return": episode_return,
             "num_steps": len(steps),
             "num_episodes": 1,
             "outcome_score": total,
             "details": {"achievements": list(episode.unlocked), "achievements_count": len(episode.unlocked),
-                        "world_steps": episode.steps, "stop_reason": stop_reason, "seed": episode_cfg.seed,
-                        "max_turns": max_turns},
+                        "world_steps": episode.steps, "stop_reason": stop_reason, "seed": settings.episode.seed,
+                        "max_turns": settings.max_turns},
         },
         aborted=stop_reason in ("max_ops", "max_time_s"),
         ops_executed=ops_executed,
         trace_correlation_id=cid,
-        pipeline_metadata={"trace_correlation_id": cid, "inference_url": inference_url},
+        pipeline_metadata={"trace_correlation_id": cid, "inference_url": settings.inference_url},
     )
 
 

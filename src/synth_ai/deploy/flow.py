@@ -12,17 +12,24 @@ Modal only talks to Modal. See docs/decisions/deploy.md.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from synth_ai.deploy.modal_cli import lookup_web_url, raise_for_failure, resolve_modal_command, run_modal
+from synth_ai.deploy.modal_cli import (
+    lookup_web_url,
+    raise_for_failure,
+    resolve_modal_command,
+    run_modal,
+    url_from_line,
+)
 from synth_ai.deploy.modal_script import ModalPlan, plan_for_entry, render_modal_script
 from synth_ai.env.dotenv_files import find_nearest_env, load_env_files
-from synth_ai.env.env_writer import set_env_values
+from synth_ai.env.env_writer import check_env_file, set_env_values
 from synth_ai.env.paths import data_path
-from synth_ai.errors import AuthError, InvalidInputError
+from synth_ai.errors import AuthError, InvalidInputError, SynthError
 
 DEFAULT_TIMEOUT_S = 900.0
 
@@ -96,69 +103,75 @@ def modal_command(prefix: Sequence[str], plan: ModalPlan, script_path: Path, mod
 
 
 def run(request: ModalRequest, out: Any) -> dict[str, Any]:
+    """Deploy or serve on Modal (or, with `dry_run`, only show how); returns the command's result document."""
     plan, env_files, file_values, script_path = prepare(request, out)
-    label = "modal-serve" if request.mode == "serve" else "deploy"
-    out.info(f"[{label}] serving entry {plan.app_id} from {plan.module_path}" if request.mode == "serve"
-             else f"[{label}] deploying entry {plan.app_id} from {plan.module_path} as Modal app {plan.app_name}")
+    if request.mode == "serve":
+        out.info(f"[modal-serve] serving entry {plan.app_id} from {plan.module_path}")
+    else:
+        out.info(f"[deploy] deploying entry {plan.app_id} from {plan.module_path} as Modal app {plan.app_name}")
     summary: dict[str, Any] = {
         "app_id": plan.app_id, "app_name": plan.app_name, "mode": request.mode, "script_path": str(script_path),
         "env_files": [str(p) for p in env_files], "secret_names": list(plan.secret_names),
-        "environ_secret_names": list(plan.environ_secret_names),
+        "environ_secret_names": list(plan.environ_secret_names), "dry_run": request.dry_run,
     }
     if request.dry_run:
-        try:
-            prefix = resolve_modal_command(request.modal_cli)
-        except Exception as exc:  # a dry run still shows what would run
-            out.warn(f"{getattr(exc, 'message', exc)} The command below names it as given.")
-            prefix = [request.modal_cli or "modal"]
-        argv = modal_command(prefix, plan, script_path, request.mode)
-        source = script_path.read_text(encoding="utf-8")
-        summary.update(dry_run=True, command=argv, source=source)
-        if not out.json_mode:
-            out.info(f"# --- {script_path} ---")
-            out.info(source)
-            out.info(f"Dry run: {_shell_join(argv)}")
-        return summary
+        return _dry_run(request, plan, script_path, summary, out)
+    return _execute(request, plan, env_files, file_values, script_path, summary, out)
 
-    prefix = resolve_modal_command(request.modal_cli)
+
+def _dry_run(request: ModalRequest, plan: ModalPlan, script_path: Path, summary: dict[str, Any],
+             out: Any) -> dict[str, Any]:
+    try:
+        prefix = resolve_modal_command(request.modal_cli)
+    except SynthError as exc:  # a dry run still shows what would run
+        out.warn(f"{exc.message} The command below names it as given.")
+        prefix = [request.modal_cli or "modal"]
     argv = modal_command(prefix, plan, script_path, request.mode)
-    child_env = dict(os.environ)
+    source = script_path.read_text(encoding="utf-8")
+    summary.update(command=argv, source=source)
+    if not out.json_mode:
+        out.info(f"# --- {script_path} ---")
+        out.info(source)
+        out.info(f"Dry run: {shlex.join(argv)}")
+    return summary
+
+
+def _execute(request: ModalRequest, plan: ModalPlan, env_files: list[Path], file_values: dict[str, str],
+             script_path: Path, summary: dict[str, Any], out: Any) -> dict[str, Any]:
+    argv = modal_command(resolve_modal_command(request.modal_cli), plan, script_path, request.mode)
+    target = env_files[0] if env_files else Path.cwd() / ".env"
+    check_env_file(target)  # fail before deploying, not after, when the URL could not be saved
+    child_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for key, value in file_values.items():
         if not child_env.get(key):
             child_env[key] = value
-    child_env["PYTHONUNBUFFERED"] = "1"
-    out.info(f"[modal-exec] {_shell_join(argv)}")
-    target = env_files[0] if env_files else Path.cwd() / ".env"
+    out.info(f"[modal-exec] {shlex.join(argv)}")
     saved: list[dict[str, Any]] = []
 
     def on_line(line: str) -> None:
         out.info(line)
         if request.mode == "serve" and not saved:
-            from synth_ai.deploy.modal_cli import url_from_line
-
             url = url_from_line(line)
-            if url:
+            if url:  # `modal serve` keeps running: save the URL as soon as it is printed
                 saved.extend(_save_url(target, url, out))
 
     result = run_modal(argv, env=child_env, timeout_s=request.timeout_s, on_line=on_line,
                        stop_when_url=request.mode == "serve")
     raise_for_failure(result, command=request.mode)
-    summary["dry_run"] = False
     summary["command"] = argv
+    url = result.url
     if request.mode == "deploy":
         url = lookup_web_url(plan.app_name, plan.function_name, env=child_env)
-        source = "modal_api"
+        summary["url_source"] = "modal_api"
         if url is None and result.url:
-            url, source = result.url, "modal_output"
+            url, summary["url_source"] = result.url, "modal_output"
         if url is None:
+            summary.pop("url_source")
             out.warn("Deployed, but the app's URL could not be read; find it with `modal app list` and set "
                      "TASK_APP_URL yourself.")
         else:
             saved.extend(_save_url(target, url, out))
-            summary["url_source"] = source
-        summary["url"] = url
-    else:
-        summary["url"] = result.url
+    summary["url"] = url
     summary["env_changes"] = saved
     return summary
 
@@ -192,9 +205,3 @@ def _save_url(path: Path, url: str, out: Any) -> list[dict[str, Any]]:
     for line in update.lines():
         out.info(line)
     return [update.to_dict()]
-
-
-def _shell_join(argv: Sequence[str]) -> str:
-    import shlex
-
-    return shlex.join(argv)

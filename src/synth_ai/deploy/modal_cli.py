@@ -38,8 +38,8 @@ TOKEN_HINT = (
     "Run `modal token new` (or `modal token set --token-id … --token-secret …`), or set MODAL_TOKEN_ID and "
     "MODAL_TOKEN_SECRET in the environment or an --env-file, then retry."
 )
-_TOKEN_FAILURES = ("Token missing", "Could not authenticate client", "Token validation failed",
-                   "invalid token", "Unauthenticated")
+# What Modal prints when it has no usable token (checked case-insensitively in the output's last lines).
+_TOKEN_FAILURES = ("Token missing", "Could not authenticate client", "Token validation failed")
 _URL_LINE = re.compile(r"=>\s*(https://[A-Za-z0-9.-]+\.modal\.run\S*)")
 URL_LOOKUP_TIMEOUT_S = 60.0
 
