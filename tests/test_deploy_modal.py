@@ -221,10 +221,9 @@ def test_missing_modal_token_with_the_real_cli(cli, isolated_home: Path, monkeyp
     for name in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "MODAL_SERVER_URL", "MODAL_CONFIG_PATH", "MODAL_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     write_env(isolated_home / ".env")
-    started = time.monotonic()
-    result = cli("deploy", "crafter", "--modal-cli", str(Path(sys.executable).parent / "modal"), "--timeout", "60") \
-        if (Path(sys.executable).parent / "modal").exists() else cli("deploy", "crafter", "--timeout", "60")
-    assert time.monotonic() - started < 60
+    venv_modal = Path(sys.executable).parent / "modal"
+    cli_args = ["--modal-cli", str(venv_modal)] if venv_modal.exists() else []
+    result = cli("deploy", "crafter", *cli_args, "--timeout", "60")  # the deadline guards against a hang
     assert result.exit_code == ExitCode.AUTH, result.stdout + result.stderr
     assert "Modal could not authenticate" in result.stderr and "modal token new" in result.stderr
     assert SECRET not in result.stdout + result.stderr
@@ -285,18 +284,14 @@ def test_modal_serve_saves_url_and_reports_failures(cli, isolated_home: Path, tm
     assert "Modal deploy exited with status 3" in failed.stderr
 
 
-def test_run_modal_deadline_stops_the_process(tmp_path: Path) -> None:
-    marker = tmp_path / "finished"
-    argv = [sys.executable, "-c", f"import time; print('building', flush=True); time.sleep(30); "
-                                  f"open({str(marker)!r}, 'w').write('x')"]
+def test_run_modal_deadline_stops_the_process() -> None:
+    argv = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(300)"]
     lines: list[str] = []
-    started = time.monotonic()
     with pytest.raises(DeadlineError) as info:
         run_modal(argv, env=os.environ, timeout_s=1.0, on_line=lines.append)
-    assert time.monotonic() - started < 15
-    assert info.value.exit_code == ExitCode.TIMEOUT and lines == ["building"]
-    time.sleep(0.5)
-    assert not marker.exists()
+    assert info.value.exit_code == ExitCode.TIMEOUT
+    with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
+        os.kill(int(lines[0]), 0)
 
 
 def test_url_line_parsing_and_failure_classes() -> None:
