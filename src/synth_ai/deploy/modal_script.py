@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 REMOTE_ROOT = "/opt/synth_ai"
 FUNCTION_NAME = "fastapi_app"
@@ -86,7 +87,7 @@ class ModalPlan:
 
 
 def plan_for_entry(
-    entry: object,
+    entry: Any,
     *,
     module_path: Path,
     name: str | None = None,
@@ -96,7 +97,7 @@ def plan_for_entry(
     """The plan for a registered entry (`TaskAppEntry` with a `modal` ModalDeploymentConfig)."""
     modal_cfg = getattr(entry, "modal", None)
     if modal_cfg is None:
-        raise ValueError(f"task app {getattr(entry, 'app_id', '?')!r} has no Modal deployment settings")
+        raise ValueError(f"task app {entry.app_id!r} has no Modal deployment settings")
     app_name = name or modal_cfg.app_name
     if not _APP_NAME.match(app_name):
         raise ValueError(
@@ -110,7 +111,7 @@ def plan_for_entry(
     ]
     warnings: list[str] = []
     for local, remote in modal_cfg.extra_local_dirs:
-        local_path = Path(local).expanduser()
+        local_path = app_dir / Path(local).expanduser()  # relative paths are the app directory's
         if not local_path.is_dir():
             warnings.append(f"extra_local_dirs: {local_path} does not exist; left out of the image")
             continue
@@ -122,7 +123,7 @@ def plan_for_entry(
             raise ValueError(f"volume_mounts: the mount path {mount!r} must be absolute")
     pip = _dedupe([*runtime_requirements(), *modal_cfg.pip_packages])
     return ModalPlan(
-        app_id=getattr(entry, "app_id"),
+        app_id=entry.app_id,
         app_name=app_name,
         module_path=module_path,
         python_version=str(modal_cfg.python_version),
