@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import signal
+import time
 
 import pytest
 from backend_support import (
@@ -105,6 +106,10 @@ def test_cancel_stops_a_running_worker(backend, tmp_path):
         api.post(f"/learning/jobs/{job['id']}/start")
         wait_for(lambda: any(e["type"] == "sft.progress" for e in events(api, job["id"])), timeout=90,
                  what="training progress")
+        # one job runs at a time (SYNTH_AI_BACKEND_MAX_JOBS=1): a second one waits in the queue
+        second = api.post("/learning/jobs", json=sft_body(file_id, steps=100_000)).json()
+        assert api.post(f"/learning/jobs/{second['id']}/start").json()["status"] == "queued"
+        assert job_status(api, second["id"]) == "queued"
         response = api.post(f"/learning/jobs/{job['id']}/cancel")
         assert response.status_code == 200
         assert response.json()["status"] == "cancelled", events(api, job["id"])[-4:]
@@ -114,9 +119,16 @@ def test_cancel_stops_a_running_worker(backend, tmp_path):
         row = api.get(f"/learning/jobs/{job['id']}").json()
         assert row["fine_tuned_model"] is None and row["finished_at"]
         assert api.post(f"/learning/jobs/{job['id']}/cancel").json()["status"] == "cancelled"  # idempotent
+        # the queued job gets the slot; cancelling it while its worker starts up still ends it cleanly
+        assert api.post(f"/learning/jobs/{second['id']}/cancel").json()["status"] == "cancelled"
+        time.sleep(2)  # give a worker that was just spawned for it the time to look and leave
+        assert job_status(api, second["id"]) == "cancelled"
+        assert events(api, second["id"])[-1]["type"] == "sft.job.cancelled"
+        assert api.post(f"/learning/jobs/{job['id']}/start").json()["status"] == "cancelled"  # no restart
 
 
-def test_backend_killed_mid_job_resumes_after_restart(tmp_path, tiny_text):
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
+def test_backend_killed_mid_job_resumes_after_restart(tmp_path, tiny_text, how):
     data = tmp_path / "data"
     link_tiny(data, tiny_text)
     first = BackendProcess(data).start()
@@ -132,7 +144,7 @@ def test_backend_killed_mid_job_resumes_after_restart(tmp_path, tiny_text):
                      timeout=120, what="a checkpoint")
             before_kill = api.get(f"/learning/jobs/{job['id']}").json()
     finally:
-        first.kill(signal.SIGKILL)
+        first.kill(how)  # SIGKILL: the worker learns it from the kernel; SIGTERM: the backend stops it
     assert before_kill["status"] == "running"
 
     second = BackendProcess(data).start()
@@ -145,7 +157,8 @@ def test_backend_killed_mid_job_resumes_after_restart(tmp_path, tiny_text):
             types = [e["type"] for e in log]
             assert final["status"] == "succeeded", (final, log[-5:], second.log())
             assert final["attempts"] == 2
-            assert "sft.worker.interrupted" in types  # the first worker noticed the backend die
+            interrupted = next(e for e in log if e["type"] == "sft.worker.interrupted")
+            assert ("went away" if how == signal.SIGKILL else "shutting down") in interrupted["message"]
             assert "sft.job.requeued" in types and "sft.training.resumed" in types
             resumed = next(e for e in log if e["type"] == "sft.training.resumed")
             assert resumed["data"]["step"] >= 50

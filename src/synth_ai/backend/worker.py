@@ -78,6 +78,11 @@ class StopSignal:
     def parent_gone(self) -> bool:
         return self.parent_pid is not None and os.getppid() != self.parent_pid
 
+    def why(self) -> str:
+        if self.parent_gone():
+            return "the backend process went away"
+        return "the backend is shutting down" if self.terminated.is_set() else "it was asked to stop"
+
     def __call__(self) -> bool:
         stop = self.terminated.is_set() or self.parent_gone() or self.cancelled()
         if stop:
@@ -176,7 +181,7 @@ def run(job_id: str) -> int:
             _record_cancel(store, job_id, reporter)
             return EXIT_OK
         if stop.terminated.is_set() or stop.parent_gone():
-            return _interrupted(store, job_id, reporter, f"{type(exc).__name__}: {exc}")
+            return _interrupted(store, job_id, reporter, stop.why())
         reason = _reason(exc)
         store.transition(job_id, "failed", only_from={"running"}, error=reason,
                          event=(J.EV_FAILED, f"Job failed: {reason}",
@@ -191,7 +196,7 @@ def run(job_id: str) -> int:
         _record_cancel(store, job_id, reporter)
         return EXIT_OK
     if not completed and stop.stopped:
-        return _interrupted(store, job_id, reporter, "the backend stopped")
+        return _interrupted(store, job_id, reporter, stop.why())
     if not completed:
         reason = "the trainer returned without a fine-tuned model"
         store.transition(job_id, "failed", only_from={"running"}, error=reason,
