@@ -42,59 +42,78 @@ def backend(tmp_path, tiny_text):
     proc.stop()
 
 
-def test_sft_job_trains_reports_and_serves(backend, tmp_path):
-    with backend.client() as api:
-        file_id = upload(api, chat_jsonl(tmp_path / "train.jsonl", n=12)).json()["id"]
-        val_id = upload(api, chat_jsonl(tmp_path / "val.jsonl", n=4)).json()["id"]
-        body = sft_body(file_id, steps=6, eval_steps=3, logging_steps=1)
-        body["metadata"] = {"effective_config": {"data": {"validation_files": [val_id]}}}
-        job = api.post("/learning/jobs", json=body).json()
-        assert job["validation_file_id"] == val_id
-        started = api.post(f"/learning/jobs/{job['id']}/start", json={}, headers={"Idempotency-Key": "s1"})
-        assert started.status_code == 200 and started.json()["status"] in {"queued", "running"}
-        wait_for(lambda: job_status(api, job["id"]) in {"succeeded", "failed", "cancelled"}, timeout=120,
-                 what="the job to finish")
-        final = api.get(f"/learning/jobs/{job['id']}").json()
-        log = events(api, job["id"])
-        assert final["status"] == "succeeded", (final, log[-3:], backend.log())
-        expected = f"ft:synth-ai/tiny-qwen3:{job['id']}"
-        assert final["fine_tuned_model"] == expected
+def _check_succeeded_job(api, job_id: str, backend: BackendProcess, steps: int) -> str:
+    final = api.get(f"/learning/jobs/{job_id}").json()
+    log = events(api, job_id)
+    assert final["status"] == "succeeded", (final, log[-3:], backend.log())
+    expected = f"ft:synth-ai/tiny-qwen3:{job_id}"
+    assert final["fine_tuned_model"] == expected
 
-        types = [e["type"] for e in log]
-        for needed in ("sft.job.created", "sft.job.queued", "sft.training.started", "sft.progress",
-                       "sft.validation.summary", "sft.job.completed"):
-            assert needed in types, types
-        assert types[-1] == "sft.job.completed" and log[-1]["data"]["fine_tuned_model"] == expected
-        seqs = [e["seq"] for e in log]
-        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    types = [e["type"] for e in log]
+    for needed in ("sft.job.created", "sft.job.queued", "sft.job.running", "sft.training.started", "sft.progress",
+                   "sft.validation.summary", "sft.job.completed"):
+        assert needed in types, types
+    assert types[-1] == "sft.job.completed" and log[-1]["data"]["fine_tuned_model"] == expected
+    seqs = [e["seq"] for e in log]
+    assert seqs == list(range(1, len(seqs) + 1))
 
-        points = api.get(f"/learning/jobs/{job['id']}/metrics", params={"after_step": -1, "limit": 1000}).json()
-        by_name: dict[str, dict[int, float]] = {}
-        for p in points["points"]:
-            by_name.setdefault(p["name"], {})[p["step"]] = p["value"]
-        assert {"train.loss", "val.loss", "learning_rate", "tokens_per_second"} <= set(by_name)
-        assert 0 in by_name["train.loss"] and sorted(by_name["train.loss"]) == list(range(6))
-        later = api.get(f"/learning/jobs/{job['id']}/metrics", params={"after_step": 3}).json()["points"]
-        assert later and all(p["step"] > 3 for p in later)
-        assert [t["phase"] for t in api.get(f"/learning/jobs/{job['id']}/timeline").json()["events"]] == [
-            "created", "queued", "running", "succeeded"]
+    points = api.get(f"/learning/jobs/{job_id}/metrics", params={"after_step": -1, "limit": 1000}).json()["points"]
+    by_name: dict[str, dict[int, float]] = {}
+    for p in points:
+        by_name.setdefault(p["name"], {})[p["step"]] = p["value"]
+    assert {"train.loss", "val.loss", "learning_rate", "tokens_per_second"} <= set(by_name)
+    loss = by_name["train.loss"]
+    assert sorted(loss) == list(range(steps))  # step 0 included
+    assert loss[steps - 1] < loss[0]  # it learned something
+    later = api.get(f"/learning/jobs/{job_id}/metrics", params={"after_step": 3}).json()["points"]
+    assert later and all(p["step"] > 3 for p in later)
+    assert [t["phase"] for t in api.get(f"/learning/jobs/{job_id}/timeline").json()["events"]] == [
+        "created", "queued", "running", "succeeded"]
+    return expected
 
-        models = {m["id"]: m for m in api.get("/learning/models").json()["data"]}
-        assert models[expected]["kind"] == "fine_tuned" and models[expected]["job_id"] == job["id"]
-        assert api.get(f"/learning/models/{expected}").json()["base_model"] == "synth-ai/tiny-qwen3"
 
-        answer = api.post("/inference/v1/chat/completions", json={
-            "model": expected, "messages": [{"role": "user", "content": "What is 2 plus 2?"}],
-            "max_tokens": 8, "temperature": 0})
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["choices"][0]["message"]["role"] == "assistant"
-        assert answer.json()["usage"]["completion_tokens"] >= 1
-        missing = api.post("/inference/v1/chat/completions", json={
-            "model": "ft:synth-ai/tiny-qwen3:job_unknown", "messages": [{"role": "user", "content": "hi"}]})
-        assert missing.status_code == 404
-        assert api.post("/inference/v1/chat/completions", json={"model": expected}).status_code == 400
-        # the job's files cannot be deleted while... they can once it finished
-        assert api.delete(f"/files/{val_id}").status_code == 200
+def test_sft_jobs_train_report_and_serve(tmp_path, tiny_text):
+    """A full fine-tune and a LoRA job, side by side (two worker slots), then both models answer."""
+    data = tmp_path / "data"
+    link_tiny(data, tiny_text)
+    backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_MAX_JOBS": "2"}).start()
+    steps = 12
+    try:
+        with backend.client() as api:
+            file_id = upload(api, chat_jsonl(tmp_path / "train.jsonl", n=12)).json()["id"]
+            val_id = upload(api, chat_jsonl(tmp_path / "val.jsonl", n=4)).json()["id"]
+            jobs = {}
+            for mode, lr in (("full", 1e-3), ("lora", 5e-3)):
+                body = sft_body(file_id, steps=steps, eval_steps=6, logging_steps=1, train_kind=mode,
+                                learning_rate=lr)
+                body["metadata"] = {"effective_config": {"data": {"validation_files": [val_id]}}}
+                job = api.post("/learning/jobs", json=body).json()
+                assert job["validation_file_id"] == val_id and job["status"] == "created"
+                started = api.post(f"/learning/jobs/{job['id']}/start", json={}, headers={"Idempotency-Key": mode})
+                assert started.status_code == 200 and started.json()["status"] in {"queued", "running"}
+                jobs[mode] = job["id"]
+            for job_id in jobs.values():
+                wait_for(lambda j=job_id: job_status(api, j) in {"succeeded", "failed", "cancelled"}, timeout=120,
+                         what="the jobs to finish")
+            models = {mode: _check_succeeded_job(api, job_id, backend, steps) for mode, job_id in jobs.items()}
+
+            listed = {m["id"]: m for m in api.get("/learning/models").json()["data"]}
+            for mode, model_id in models.items():
+                assert listed[model_id]["kind"] == "fine_tuned" and listed[model_id]["job_id"] == jobs[mode]
+                assert api.get(f"/learning/models/{model_id}").json()["base_model"] == "synth-ai/tiny-qwen3"
+                answer = api.post("/inference/v1/chat/completions", json={
+                    "model": model_id, "messages": [{"role": "user", "content": "What is 2 plus 2?"}],
+                    "max_tokens": 8, "temperature": 0})
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["choices"][0]["message"]["role"] == "assistant"
+                assert answer.json()["usage"]["completion_tokens"] >= 1
+            missing = api.post("/inference/v1/chat/completions", json={
+                "model": "ft:synth-ai/tiny-qwen3:job_unknown", "messages": [{"role": "user", "content": "hi"}]})
+            assert missing.status_code == 404
+            assert api.post("/inference/v1/chat/completions", json={"model": models["full"]}).status_code == 400
+            assert api.delete(f"/files/{val_id}").status_code == 200  # its jobs are finished
+    finally:
+        backend.stop()
 
 
 def test_cancel_stops_a_running_worker(backend, tmp_path):
