@@ -114,6 +114,11 @@ def algorithm_label(algorithm: Mapping[str, Any]) -> str:
     return "/".join(str(algorithm.get(k, "?")) for k in ("type", "method", "variety"))
 
 
+def algorithm_complete(algorithm: Mapping[str, Any]) -> bool:
+    """All of type/method/variety are non-empty strings (otherwise the schema pass has reported what is wrong)."""
+    return all(isinstance(algorithm.get(k), str) and algorithm[k].strip() for k in ("type", "method", "variety"))
+
+
 def algorithm_combo(algorithm: Mapping[str, Any]) -> tuple[str, str, str]:
     return tuple(str(algorithm.get(k, "")).strip().lower() for k in ("type", "method", "variety"))  # type: ignore[return-value]
 

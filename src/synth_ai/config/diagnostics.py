@@ -32,6 +32,10 @@ _TYPE_WORDS = {
     "dict_type": "expected a table",
     "model_type": "expected a table",
     "model_attributes_type": "expected a table",
+    "datetime_type": "expected a date/time",
+    "datetime_parsing": "expected a date/time",
+    "date_type": "expected a date",
+    "date_parsing": "expected a date",
 }
 
 
@@ -74,12 +78,18 @@ class Findings:
                               "key and its type.")
 
 
-def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPath = ()) -> None:
-    """Record every pydantic error as an issue at its TOML key path."""
+def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPath = (), data: Any = None) -> None:
+    """Record every pydantic error as an issue at its TOML key path.
+
+    For a value that fits none of a union's types pydantic reports one error per member, with the member's name
+    ('str', 'dict[str,any]', ...) appended to the location. Those become one issue at the key itself.
+    """
+    union_failures: dict[KeyPath, tuple[list[str], Any, str]] = {}
     for err in exc.errors(include_url=False):
-        path: KeyPath = root + tuple(err["loc"])
+        loc, is_union_member = _input_location(data, tuple(err["loc"]), err["type"] == "missing")
+        path: KeyPath = root + loc
         kind = err["type"]
-        if kind == "missing":
+        if kind == "missing" and not is_union_member:
             leaf = path[-1] if path else "value"
             table = format_key_path(path[:-1]) if len(path) > 1 else "the top level"
             findings.error(path, "required key is missing",
@@ -88,7 +98,40 @@ def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPat
         message = _TYPE_WORDS.get(kind) or err["msg"]
         if kind == "literal_error":
             message = "expected " + err["msg"].removeprefix("Input should be ")
+        if is_union_member:
+            words, _, _ = union_failures.setdefault(path, ([], err.get("input"), kind))
+            if message not in words:
+                words.append(message)
+            continue
         findings.error_found(path, message, err.get("input"), fix=_fix_for(kind, path))
+    for path, (words, found, kind) in union_failures.items():
+        if len(words) == 1:
+            message = words[0]
+        else:
+            kinds = [w.removeprefix("expected ") for w in words]
+            message = "expected " + ", ".join(kinds[:-1]) + " or " + kinds[-1]
+        findings.error_found(path, message, found, fix=_fix_for(kind, path) if len(words) == 1 else None)
+
+
+def _input_location(data: Any, loc: KeyPath, missing: bool) -> tuple[KeyPath, bool]:
+    """The part of a pydantic error location that names keys of the input, and whether anything was cut off
+    (a union member's name). Without the input, the location is taken as it is."""
+    if data is None:
+        return loc, False
+    node, path = data, []
+    for index, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and not isinstance(part, bool) \
+                and 0 <= part < len(node):
+            node = node[part]
+        elif missing and index == len(loc) - 1 and isinstance(node, dict):
+            path.append(part)  # the absent key a "missing" error is about
+            return tuple(path), False
+        else:
+            return tuple(path), True
+        path.append(part)
+    return tuple(path), False
 
 
 def _fix_for(kind: str, path: KeyPath) -> str | None:
@@ -107,8 +150,17 @@ def validate_section(findings: Findings, model: type[BaseModel], data: Any, root
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        add_validation_errors(findings, exc, root)
+        add_validation_errors(findings, exc, root, data)
         return None
+
+
+def checked_data(validated: BaseModel | None, raw: dict[str, Any]) -> dict[str, Any]:
+    """What the cross-field rules read: the validated values when the schema pass succeeded, so that a number or
+    boolean written as a string (`gpu_count = "2"`, `enable = "false"`) is checked as the value it becomes; the
+    raw table otherwise (the file is rejected then anyway, the rules only add their findings)."""
+    if validated is None:
+        return raw
+    return validated.model_dump(mode="python", exclude_none=True, by_alias=True)
 
 
 def warn_unknown_keys(findings: Findings, model: type[BaseModel], data: dict[str, Any], root: KeyPath) -> None:

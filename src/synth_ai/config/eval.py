@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from synth_ai.config import model_rules
 from synth_ai.config.common import PolicyRuntimeSection, ResolveContext, ThinkingMode
-from synth_ai.config.diagnostics import Findings, KeyPath, validate_section
+from synth_ai.config.diagnostics import Findings, KeyPath, checked_data, validate_section
 from synth_ai.config.fields import (
     SECTION,
     FiniteFloat,
@@ -65,6 +65,7 @@ def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     if ctx.model:
         cfg = {**cfg, "model": ctx.model}
     validated = validate_section(findings, EvalConfig, cfg, root)
+    cfg = checked_data(validated, cfg)
     _check_judges(findings, cfg, root)
     info = None
     model = cfg.get("model")
@@ -91,7 +92,9 @@ def _check_judges(findings: Findings, cfg: dict[str, Any], root: KeyPath) -> Non
         if "module" in judge or "path" in judge:
             judges.append((root + ("judge",), judge))
         else:  # nested tables, one per judge
-            judges.extend((root + ("judge", name), spec) for name, spec in judge.items() if isinstance(spec, dict))
+            nested = [(root + ("judge", name), spec) for name, spec in judge.items() if isinstance(spec, dict)]
+            # no nested table at all: one judge table that lacks module/path (not silently nothing)
+            judges.extend(nested or ([(root + ("judge",), judge)] if judge else []))
     if isinstance(cfg.get("judges"), list):
         judges.extend((root + ("judges", i), spec) for i, spec in enumerate(cfg["judges"]))
     for path, spec in judges:

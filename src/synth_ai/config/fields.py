@@ -125,25 +125,27 @@ def parse_seeds(value: Any) -> list[int]:
             if match:
                 start, end = int(match.group(1)), int(match.group(2))
                 if end < start:
-                    raise PydanticCustomError("config_range", "seed range {part!r} ends before it starts",
+                    raise PydanticCustomError("config_range", "seed range '{part}' ends before it starts",
                                               {"part": part})
                 seeds.extend(range(start, end + 1))
             elif re.fullmatch(r"-?\d+", part):
                 seeds.append(int(part))
             else:
-                raise PydanticCustomError("config_type", "cannot read seed {part!r}: use integers, \"0-3\" or \"1,2\"",
+                raise PydanticCustomError("config_type", "cannot read seed '{part}': use integers, \"0-3\" or \"1,2\"",
                                           {"part": part})
     if not seeds:
         raise PydanticCustomError("config_range", "expected at least one seed")
     return seeds
 
 
-PositiveInt = Annotated[int, BeforeValidator(_positive_int), Field(gt=0)]
-NonNegativeInt = Annotated[int, BeforeValidator(_non_negative_int), Field(ge=0)]
+# The constraint comes before the validator so that it lands on the plain type and the JSON Schema shows it
+# (`exclusiveMinimum`, `minimum`/`maximum`, `minLength`, `minItems`); after it, pydantic emits a bare `gt`.
+PositiveInt = Annotated[int, Field(gt=0), BeforeValidator(_positive_int)]
+NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_non_negative_int)]
 FiniteFloat = Annotated[float, BeforeValidator(_finite_float)]
-PositiveFloat = Annotated[float, BeforeValidator(_positive_float), Field(gt=0)]
-NonNegativeFloat = Annotated[float, BeforeValidator(_non_negative_float), Field(ge=0)]
-Ratio = Annotated[float, BeforeValidator(_ratio), Field(ge=0, le=1)]
-NonEmptyStr = Annotated[str, BeforeValidator(_non_empty_str), Field(min_length=1)]
+PositiveFloat = Annotated[float, Field(gt=0), BeforeValidator(_positive_float)]
+NonNegativeFloat = Annotated[float, Field(ge=0), BeforeValidator(_non_negative_float)]
+Ratio = Annotated[float, Field(ge=0, le=1), BeforeValidator(_ratio)]
+NonEmptyStr = Annotated[str, Field(min_length=1), BeforeValidator(_non_empty_str)]
 StringList = Annotated[list[str], BeforeValidator(_string_list)]
-Seeds = Annotated[list[int], BeforeValidator(parse_seeds), Field(min_length=1)]
+Seeds = Annotated[list[int], Field(min_length=1), BeforeValidator(parse_seeds)]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel
 
 from synth_ai.config.common import ResolveContext
-from synth_ai.config.diagnostics import Findings, KeyPath, validate_section
+from synth_ai.config.diagnostics import Findings, KeyPath, checked_data, validate_section
 from synth_ai.config.fields import SECTION, FiniteFloat, NonEmptyStr, NonNegativeInt, PositiveInt, StringList
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.toml_source import TomlSource
@@ -30,8 +30,8 @@ class FilterConfig(BaseModel):
     offset: NonNegativeInt | None = None
     shuffle: bool | None = None
     shuffle_seed: int | None = None
-    min_created_at: str | int | float | datetime | None = None
-    max_created_at: str | int | float | datetime | None = None
+    min_created_at: str | int | float | datetime | date | None = None
+    max_created_at: str | int | float | datetime | date | None = None
 
 
 def load_filter(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
@@ -44,6 +44,7 @@ def load_filter(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
         findings.raise_if_errors()
     root: KeyPath = ("filter",)
     validated = validate_section(findings, FilterConfig, cfg, root)
+    raw, cfg = cfg, checked_data(validated, cfg)
     output = cfg.get("output")
     if isinstance(output, str) and output.strip() and not output.lower().endswith((".jsonl", ".json")):
         findings.error_found(root + ("output",), "the output file must end in .jsonl or .json", output,
@@ -59,7 +60,8 @@ def load_filter(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
                            fix="lower the minimum or raise the maximum")
     if cfg.get("shuffle_seed") is not None and cfg.get("shuffle") is not True:
         findings.error(root + ("shuffle_seed",), "shuffle_seed needs shuffle = true", fix="add shuffle = true")
-    created = [_timestamp(findings, root + (key,), cfg.get(key)) for key in ("min_created_at", "max_created_at")]
+    # as written: validation turns `true` into 1, which would read as a time
+    created = [_timestamp(findings, root + (key,), raw.get(key)) for key in ("min_created_at", "max_created_at")]
     if created[0] is not None and created[1] is not None and created[0] > created[1]:
         findings.error(root + ("min_created_at",), "min_created_at is after max_created_at",
                        fix="swap the two, or widen the window")
@@ -94,11 +96,13 @@ def _judge_scores(findings: Findings, path: KeyPath, value: Any) -> dict[str, fl
 
 
 def _timestamp(findings: Findings, path: KeyPath, value: Any) -> float | None:
-    """ISO-8601 strings, TOML datetimes and epoch seconds, as a comparable epoch value."""
+    """ISO-8601 strings, TOML dates and datetimes and epoch seconds, as a comparable epoch value."""
     if value is None:
         return None
     if isinstance(value, datetime):
         return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+    if isinstance(value, date):  # a TOML local date: midnight UTC
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc).timestamp()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str):
@@ -109,5 +113,6 @@ def _timestamp(findings: Findings, path: KeyPath, value: Any) -> float | None:
                                  fix='write e.g. "2026-01-31T00:00:00Z"')
             return None
         return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
-    findings.error_found(path, "expected an ISO-8601 date/time or epoch seconds", value)
+    if isinstance(value, bool):  # other types were already reported by the schema pass
+        findings.error_found(path, "expected an ISO-8601 date/time or epoch seconds", value)
     return None

@@ -21,11 +21,12 @@ from synth_ai.config.common import (
     ThinkingMode,
     TopologySection,
     algorithm_combo,
+    algorithm_complete,
     algorithm_label,
     describe_combos,
     table,
 )
-from synth_ai.config.diagnostics import Findings, validate_section
+from synth_ai.config.diagnostics import Findings, checked_data, validate_section
 from synth_ai.config.fields import (
     SECTION,
     FiniteFloat,
@@ -204,8 +205,8 @@ _JUDGE_PROVIDER = re.compile(r"^(openai|groq|gemini)$")
 
 def load_rl(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     findings = Findings(source)
-    data = source.data
-    validated = validate_section(findings, RLConfig, data)
+    validated = validate_section(findings, RLConfig, source.data)
+    data = checked_data(validated, source.data)
     _check_algorithm(findings, data)
     _check_required_sections(findings, data)
     model_key, model_id = _check_model_choice(findings, data, ctx)
@@ -255,6 +256,8 @@ def _check_algorithm(findings: Findings, data: dict[str, Any]) -> None:
     algorithm = data.get("algorithm")
     if not isinstance(algorithm, dict):
         return  # missing or wrong type: reported by the schema pass
+    if not algorithm_complete(algorithm):
+        return  # a missing or mistyped key: reported by the schema pass
     combo = algorithm_combo(algorithm)
     if combo in RL_ALGORITHMS:
         return

@@ -18,11 +18,12 @@ from synth_ai.config.common import (
     PolicySection,
     ResolveContext,
     algorithm_combo,
+    algorithm_complete,
     algorithm_label,
     describe_combos,
     table,
 )
-from synth_ai.config.diagnostics import Findings, validate_section
+from synth_ai.config.diagnostics import Findings, checked_data, validate_section
 from synth_ai.config.fields import (
     SECTION,
     NonEmptyStr,
@@ -140,6 +141,7 @@ def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     if "job" not in data and isinstance(data.get("model"), str):
         data = {**data, "job": {"model": data["model"]}}  # a top-level `model = "..."` string is accepted
     validated = validate_section(findings, SFTConfig, data)
+    data = checked_data(validated, data)
     _check_algorithm(findings, data)
     model_id = ctx.model or table(data, "job").get("model")
     if not (isinstance(model_id, str) and model_id.strip()):
@@ -195,6 +197,8 @@ def _check_algorithm(findings: Findings, data: dict[str, Any]) -> None:
         return
     if not isinstance(algorithm, dict):
         return
+    if not algorithm_complete(algorithm):
+        return  # a missing or mistyped key: reported by the schema pass
     combo = algorithm_combo(algorithm)
     if combo in SFT_ALGORITHMS:
         return

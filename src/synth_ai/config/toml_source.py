@@ -32,6 +32,31 @@ def _split_dotted(key: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
+def _follow_value(text: str, depth: int, quote: str | None) -> tuple[int, str | None]:
+    """Follow a value across lines: after `text`, how deep inside arrays it is and which multi-line string
+    (\"\"\" or ''') is still open."""
+    i, n = 0, len(text)
+    while i < n:
+        if quote is not None:
+            end = text.find(quote, i)
+            if end < 0:
+                return depth, quote
+            i, quote = end + 3, None
+        elif text.startswith(('"""', "'''"), i):
+            quote, i = text[i:i + 3], i + 3
+        elif text[i] in "\"'":
+            j = i + 1
+            while j < n and text[j] != text[i]:
+                j += 2 if text[i] == '"' and text[j] == "\\" else 1
+            i = j + 1
+        elif text[i] == "#":
+            break
+        else:
+            depth = max(depth + (text[i] == "[") - (text[i] == "]"), 0)
+            i += 1
+    return depth, quote
+
+
 @dataclass
 class KeyLocator:
     """Maps key paths (tuples of keys) to the 1-based line where they are defined."""
@@ -42,7 +67,11 @@ class KeyLocator:
     def scan(cls, text: str) -> KeyLocator:
         locator = cls()
         table: tuple[str, ...] = ()
+        depth, quote = 0, None  # a value still open from an earlier line: array depth, multi-line string quote
         for number, line in enumerate(text.splitlines(), start=1):
+            if depth or quote:  # inside a multi-line array or string: no headers or keys here
+                depth, quote = _follow_value(line, depth, quote)
+                continue
             header = _HEADER.match(line)
             if header and not _ASSIGN.match(line):
                 table = _split_dotted(header.group(1))
@@ -52,6 +81,7 @@ class KeyLocator:
             if assign:
                 path = table + _split_dotted(assign.group(1))
                 locator.lines.setdefault(path, number)
+                depth, quote = _follow_value(line[assign.end():], 0, None)
         return locator
 
     def line_of(self, path: tuple[str | int, ...]) -> int | None:

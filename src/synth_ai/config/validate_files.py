@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from synth_ai.config.common import ResolveContext
@@ -40,9 +41,9 @@ def validate_files(files: list[str], kind: str | None, *, task_url: str | None =
         try:
             loaded = load_config(file, kind, ctx)
         except ConfigError as err:
-            reports.append(FileReport(file, kind, False, issues=err.issues))
+            reports.append(FileReport(display_path(Path(file)), kind, False, issues=err.issues))
         except SynthError as err:
-            reports.append(FileReport(file, kind, False, error=err.message))
+            reports.append(FileReport(display_path(Path(file)), kind, False, error=err.message))
         else:
             reports.append(FileReport(display_path(loaded.path), loaded.kind, True, issues=loaded.issues,
                                       resolved=loaded.resolved))

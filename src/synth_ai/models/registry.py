@@ -175,11 +175,13 @@ def find_model(model_id: str) -> ModelInfo | None:
 
 def close_matches(model_id: str, limit: int = 5) -> list[str]:
     lowered = model_id.strip().lower()
-    hits = difflib.get_close_matches(lowered, list(_BY_LOWER), n=limit, cutoff=0.6)
+    tail = lowered.split("/")[-1]
+    # Ids that start like the request (`Qwen/Qwen3-VL-2B` -> the two VL-2B ids) first, then similar spellings.
+    hits = [k for k in _BY_LOWER if tail and k.split("/")[-1].startswith(tail)]
+    hits += [k for k in difflib.get_close_matches(lowered, list(_BY_LOWER), n=limit, cutoff=0.6) if k not in hits]
     if not hits:  # fall back to substring matches on the part after the org
-        tail = lowered.split("/")[-1]
-        hits = [k for k in _BY_LOWER if tail and tail in k][:limit]
-    return [_BY_LOWER[h].id for h in hits]
+        hits = [k for k in _BY_LOWER if tail and tail in k]
+    return [_BY_LOWER[h].id for h in hits[:limit]]
 
 
 def resolve_model(model_id: str, *, allow_fine_tuned: bool = True) -> ResolvedModel:

@@ -53,7 +53,8 @@ def _auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 def describe_upload(path: Path, *, limit: int | None = None) -> dict[str, Any]:
-    """The multipart parts of a dataset upload; with `limit`, only the first N non-blank lines are sent."""
+    """The multipart parts of a dataset upload; with `limit`, only the first N non-blank lines are sent, each
+    ending in a newline (the subset file `train --examples N` writes and uploads)."""
     digest, size, records = hashlib.sha256(), 0, 0
     with path.open("rb") as handle:
         for line in handle:
@@ -63,6 +64,8 @@ def describe_upload(path: Path, *, limit: int | None = None) -> dict[str, Any]:
                 records += 1
             elif limit is not None:
                 continue
+            if limit is not None and not line.endswith(b"\n"):
+                line += b"\n"
             digest.update(line)
             size += len(line)
     name = path.name if limit is None else f"{path.stem}.head{limit}.jsonl"
@@ -73,27 +76,36 @@ def describe_upload(path: Path, *, limit: int | None = None) -> dict[str, Any]:
     }
 
 
+def _idempotency_key(idempotency: str | None, purpose: str | None = None) -> str:
+    """Each POST gets its own key (a backend deduplicates by key, so two uploads sharing one would collide): the
+    `--idempotency` value is the job creation's key; uploads and the start get keys generated at submit."""
+    return idempotency if idempotency and purpose is None else IDEMPOTENCY_AT_SUBMIT
+
+
 def plan_sft(config: LoadedConfig, backend: BackendTarget, *, api_key: str | None, examples: int | None,
              idempotency: str | None) -> TrainPlan:
     assert config.dataset is not None
     api = backend.api_base
     auth = _auth_headers(api_key)
-    create_headers = {**auth, "Idempotency-Key": idempotency or IDEMPOTENCY_AT_SUBMIT}
     plan = TrainPlan("sft", backend)
-    plan.requests.append(PlannedRequest("upload training dataset", "POST", f"{api}/files", dict(create_headers),
+    plan.requests.append(PlannedRequest("upload training dataset", "POST", f"{api}/files",
+                                        {**auth, "Idempotency-Key": _idempotency_key(idempotency, "upload-training")},
                                         multipart=describe_upload(config.dataset, limit=examples)))
     validation_ids = None
     if config.validation_dataset is not None:
         plan.requests.append(PlannedRequest("upload validation dataset", "POST", f"{api}/files",
-                                            dict(create_headers),
+                                            {**auth, "Idempotency-Key": _idempotency_key(idempotency,
+                                                                                         "upload-validation")},
                                             multipart=describe_upload(config.validation_dataset)))
         validation_ids = [VALIDATION_FILE_ID]
     plan.requests.append(PlannedRequest("wait until the file is ready", "GET", f"{api}/files/{FILE_ID}", dict(auth)))
     payload = build_sft_payload(config, training_file_id=FILE_ID, validation_file_ids=validation_ids)
     plan.requests.append(PlannedRequest("create the job", "POST", f"{api}/learning/jobs",
-                                        {**create_headers, "Content-Type": "application/json"}, json=payload))
+                                        {**auth, "Content-Type": "application/json",
+                                         "Idempotency-Key": _idempotency_key(idempotency)}, json=payload))
     plan.requests.append(PlannedRequest("start the job", "POST", f"{api}/learning/jobs/{JOB_ID}/start",
-                                        {**create_headers, "Content-Type": "application/json"}, json={}))
+                                        {**auth, "Content-Type": "application/json",
+                                         "Idempotency-Key": _idempotency_key(idempotency, "start")}, json={}))
     return plan
 
 
@@ -116,5 +128,5 @@ def plan_rl(config: LoadedConfig, backend: BackendTarget, *, api_key: str | None
     payload = build_rl_payload(config, api_base=api)
     plan.requests.append(PlannedRequest("create the job", "POST", f"{api}/rl/jobs",
                                         {**auth, "Content-Type": "application/json",
-                                         "Idempotency-Key": idempotency or IDEMPOTENCY_AT_SUBMIT}, json=payload))
+                                         "Idempotency-Key": _idempotency_key(idempotency)}, json=payload))
     return plan
