@@ -76,3 +76,29 @@ def test_startup_finds_forbidden_imports(bench_path: None, tmp_path: Path, monke
     monkeypatch.setattr(startup, "FORBIDDEN", ("colorsys",))
     found, _slowest = startup.forbidden_imports(startup.Impl("x", [str(script)], {}), ("--help",), str(tmp_path))
     assert found == ["colorsys"]
+
+
+def test_rollout_instant_model_answers_the_generated_problems(bench_path: None, tmp_path: Path) -> None:
+    import rollout
+
+    rollout.write_dataset(tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == rollout.TRAIN_ROWS and len({row["problem"] for row in rows}) == len(rows)
+    for row in rows[:3] + rows[-1:]:
+        body = {"messages": [{"role": "system", "content": "solve"},
+                             {"role": "user", "content": f"Problem:\n{row['problem']}\nSubmit it."}]}
+        message = json.loads(rollout.model_answer(json.dumps(body).encode()))["choices"][0]["message"]
+        (call,) = message["tool_calls"]
+        assert call["function"]["name"] == "math_submit"
+        answer = json.loads(call["function"]["arguments"])["answer"]
+        assert f"\\boxed{{{answer}}}" in row["solution"]
+    assert rollout.model_answer(b"not json")  # still a completion, with a wrong answer
+
+
+def test_rollout_counts_only_numeric_rewards(bench_path: None) -> None:
+    import rollout
+
+    assert rollout.reward_of({"trajectories": [{"steps": [{"reward": 1}]}]}) == 1.0
+    assert rollout.reward_of({"trajectories": [{"steps": [{"reward": None}]}]}) is None
+    assert rollout.reward_of({"detail": "boom"}) is None
+    assert rollout.percentile([0.3, 0.1, 0.2], 0.5) == 0.2
