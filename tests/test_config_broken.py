@@ -61,7 +61,7 @@ CASES: list[Case] = [
     # ---------------------------------------------------------------- RL: algorithm and model choice
     Case("rl-algorithm-missing", "rl",
          edit("rl", ('[algorithm]\ntype = "online"\nmethod = "policy_gradient"\nvariety = "gspo"\n', "")),
-         "[algorithm]", "required key is missing", line=None),
+         "[algorithm]", "required table is missing", line=None),
     Case("rl-algorithm-unsupported-variety", "rl",
          edit("rl", ("[algorithm]\n", "[algorithm] #<\n"), ('variety = "gspo"', 'variety = "ppo"')),
          "[algorithm]", "unsupported algorithm configuration"),
@@ -278,7 +278,7 @@ CASES: list[Case] = [
     Case("sft-job-model-missing", "sft", edit("sft", ("[job]\n", "[job] #<\n"), ('model = "Qwen/Qwen3-4B"\n', "")),
          "[job].model", "no model to fine-tune"),
     Case("sft-job-missing", "sft", edit("sft", ('[job]\nmodel = "Qwen/Qwen3-4B"\ndata = "train.jsonl"\n', "")),
-         "[job]", "required key is missing", line=None, single=False),  # and "no model to fine-tune"
+         "[job]", "required table is missing", line=None),
     Case("sft-fine-tuned-model", "sft",
          edit("sft", ('model = "Qwen/Qwen3-4B"', 'model = "ft:Qwen/Qwen3-4B:job_9" #<')),
          "[job].model", "is a fine-tuned id; a base model is required here"),

@@ -78,7 +78,8 @@ class Findings:
                               "key and its type.")
 
 
-def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPath = (), data: Any = None) -> None:
+def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPath = (), data: Any = None,
+                          model: type[BaseModel] | None = None) -> None:
     """Record every pydantic error as an issue at its TOML key path.
 
     For a value that fits none of a union's types pydantic reports one error per member, with the member's name
@@ -91,6 +92,10 @@ def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPat
         kind = err["type"]
         if kind == "missing" and not is_union_member:
             leaf = path[-1] if path else "value"
+            if model is not None and _is_table_field(model, loc):
+                name = ".".join(str(p) for p in path)
+                findings.error(path, "required table is missing", fix=f"add a [{name}] table")
+                continue
             table = format_key_path(path[:-1]) if len(path) > 1 else "the top level"
             findings.error(path, "required key is missing",
                            fix=f"add `{leaf} = ...` under {table}")
@@ -150,7 +155,7 @@ def validate_section(findings: Findings, model: type[BaseModel], data: Any, root
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        add_validation_errors(findings, exc, root, data)
+        add_validation_errors(findings, exc, root, data, model)
         return None
 
 
@@ -179,6 +184,21 @@ def warn_unknown_keys(findings: Findings, model: type[BaseModel], data: dict[str
         if guess:
             findings.warn(root + (key,), f"unknown key (forwarded as-is); did you mean `{guess[0]}`?",
                           fix=f"rename `{key}` to `{guess[0]}` if that is what you meant")
+
+
+def _is_table_field(model: type[BaseModel], loc: KeyPath) -> bool:
+    """Whether the field at `loc` (keys within `model`) holds a table rather than a value."""
+    current: type[BaseModel] | None = model
+    for index, key in enumerate(loc):
+        if current is None or not isinstance(key, str):
+            return False
+        if index == len(loc) - 1:
+            for name, info in current.model_fields.items():
+                if key in {name, info.alias}:
+                    return _model_in(info.annotation) is not None
+            return False
+        current = _nested_model(current, key)
+    return False
 
 
 def _field_names(model: type[BaseModel]) -> set[str]:

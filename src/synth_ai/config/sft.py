@@ -145,8 +145,9 @@ def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     _check_algorithm(findings, data)
     model_id = ctx.model or table(data, "job").get("model")
     if not (isinstance(model_id, str) and model_id.strip()):
-        findings.error(("job", "model"), "no model to fine-tune",
-                       fix='set [job] model = "Qwen/Qwen3-4B" (a supported base model) or pass --model')
+        if "job" in data:  # a missing [job] table is already reported by the schema pass
+            findings.error(("job", "model"), "no model to fine-tune",
+                           fix='set [job] model = "Qwen/Qwen3-4B" (a supported base model) or pass --model')
         model_id = None
     resolved_model = None
     if model_id:
