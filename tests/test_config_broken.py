@@ -737,7 +737,7 @@ def test_empty_file_is_never_an_empty_config(tmp_path: Path):
         load_config(path, None, ResolveContext(environ={}))
     expected = {
         "rl": {"[algorithm]", "[model]", "[compute]", "[rollout]", "[services].task_url"},
-        "sft": {"[algorithm]", "[job]", "[job].model"},
+        "sft": {"[algorithm]", "[job]"},
         "eval": {"app_id", "seeds"},
         "filter": {"[filter]"},
     }
