@@ -5,8 +5,8 @@
 - `synth-ai/tiny-qwen3`, `synth-ai/tiny-qwen3-vl`: built deterministically on first use (`ml/tiny.py`) into
   `<data_dir>/models/tiny/<name>-r<recipe>/`. A build runs under a file lock in a temp folder that is renamed into
   place, so two processes asking at once build once and nobody sees half a model.
-- real ids (`Qwen/Qwen3-0.6B`, `Qwen/Qwen3-VL-2B-Instruct`, ...): a folder under `<data_dir>/models/local/<org>/<name>/`,
-  or the Hugging Face cache (offline only: `HF_HUB_OFFLINE=1`, `local_files_only=True`); an absolute path to an
+- real ids (`Qwen/Qwen3-0.6B`, `Qwen/Qwen3-VL-2B-Instruct`, ...): a folder under
+  `<data_dir>/models/local/<org>/<name>/`, or the Hugging Face cache (offline only: `HF_HUB_OFFLINE=1`, `local_files_only=True`); an absolute path to an
   HF-format folder also works. Missing weights raise `NotFoundError` that says how to make them available.
 - fine-tuned ids (`ft:<base>:<job>`): registered by the trainer in `<data_dir>/models/index.json` (atomic writes
   under a lock), pointing at the job's final checkpoint folder.
@@ -68,7 +68,8 @@ class ModelStore:
             seen.add(model_id)
             out.append(self._base_entry(model_id, path, created=_mtime(path), status="ready", source=source))
         for entry in self._read_index().values():
-            out.append({**entry, "kind": "fine_tuned", "status": "ready" if Path(entry["path"]).exists() else "missing"})
+            status = "ready" if Path(entry["path"]).exists() else "missing"
+            out.append({**entry, "kind": "fine_tuned", "status": status})
         return out
 
     def get_model(self, model_id: str) -> dict[str, Any]:

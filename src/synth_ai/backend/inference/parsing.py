@@ -3,7 +3,8 @@
 Qwen3 writes reasoning as `<think>...</think>` before the answer and tool calls as
 `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` blocks. `parse_output` splits those out:
 reasoning goes to `reasoning_content` (as vLLM's reasoning parser does), each well-formed tool-call block becomes an
-OpenAI `tool_calls` entry (`arguments` as a JSON string), and what is left is `content` (None when the reply is only tool calls, "" when it is empty).
+OpenAI `tool_calls` entry (`arguments` as a JSON string), and what is left is `content` (None when the reply is
+only tool calls, "" when it is empty).
 A block whose JSON does not parse stays in `content` untouched, so nothing the model wrote is lost.
 """
 

@@ -77,7 +77,8 @@ def conversation(rng: random.Random) -> dict[str, Any]:
                  "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]},
                 {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"sky": sky, "temp": temp})},
                 {"role": "assistant", "content": f"It is {sky} and {temp} degrees in {city}."}]
-        return {"messages": _with_system(rng, msgs), "tools": [WEATHER_TOOL, ADD_TOOL, SEARCH_TOOL][: rng.randint(1, 3)]}
+        msgs = _with_system(rng, msgs)  # before the tool count: the order of draws is part of the recipe
+        return {"messages": msgs, "tools": [WEATHER_TOOL, ADD_TOOL, SEARCH_TOOL][: rng.randint(1, 3)]}
     elif kind == 5:
         a, b = rng.randrange(100), rng.randrange(100)
         msgs = [{"role": "user", "content": f"Use the tool to add {a} and {b}."},

@@ -81,7 +81,9 @@ _TEMPLATE = r"""{#- synth-ai chat template, __FAMILY__ family. Assistant output 
           {%- if call.function is defined %}{%- set fn = call.function %}{%- else %}{%- set fn = call %}{%- endif %}
           {%- if not loop.first or text.strip() %}{{- '\n' }}{%- endif %}
           {{- '<tool_call>\n{"name": "' + fn.name + '", "arguments": ' }}
-          {%- if fn.arguments is string %}{{- fn.arguments }}{%- else %}{{- (fn.arguments if fn.arguments is defined and fn.arguments is not none else {}) | tojson }}{%- endif %}
+          {%- if fn.arguments is string %}{{- fn.arguments }}
+          {%- elif fn.arguments is defined and fn.arguments is not none %}{{- fn.arguments | tojson }}
+          {%- else %}{{- '{}' }}{%- endif %}
           {{- '}\n</tool_call>' }}
         {%- endfor %}
       {%- endif %}

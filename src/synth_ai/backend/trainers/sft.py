@@ -258,7 +258,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     from synth_ai.backend.ml.images import env_flag
     from synth_ai.backend.ml.templates import training_template
     from synth_ai.backend.trainers import checkpoints
-    from synth_ai.backend.trainers.sft_data import Encoder, collate, epoch_batches, read_examples
+    from synth_ai.backend.trainers.sft_data import Encoder, PixelLoader, collate, epoch_batches, read_examples
 
     base_path = model_store.resolve(settings.base_model)
     tiny = loading.is_tiny_folder(base_path)
@@ -285,6 +285,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
                    f"gradient_accumulation_steps -> {settings.gradient_accumulation_steps} (same effective batch).",
                    {"per_device_batch": 1, "gradient_accumulation_steps": settings.gradient_accumulation_steps})
     allow_remote = env_flag("SYNTH_TRAINING_ALLOW_REMOTE_IMAGES")
+    pixels = PixelLoader(processor.image_processor, allow_remote) if processor is not None else None
     template = training_template(vision)
 
     def encoder() -> Encoder:
@@ -412,7 +413,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
         with torch.no_grad():
             order = sorted(range(len(val)), key=lambda i: val[i].length)
             for i in range(0, len(order), batch):
-                b = to_device(collate([val[j] for j in order[i:i + batch]], pad_id))
+                b = to_device(collate([val[j] for j in order[i:i + batch]], pad_id, pixels))
                 total += float(loss_sum(b))
                 count += int((b["labels"][:, 1:] != -100).sum())
         model.train()
@@ -450,7 +451,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
             raise TrainingCancelled(step, saved_at)
         t0 = time.perf_counter()
         lr = scheduler.get_last_lr()[0]
-        batches = [to_device(collate([train[i] for i in idx], pad_id))
+        batches = [to_device(collate([train[i] for i in idx], pad_id, pixels))
                    for idx in micro[step * accum:(step + 1) * accum]]
         labelled = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
         step_loss = 0.0

@@ -8,8 +8,10 @@ a file with exactly the rules the client validated it with. Each record becomes 
   outside an assistant span is `-100`, so the loss is taken on assistant tokens only (reasoning, text, tool calls
   and the closing `<|im_end|>`);
 - for Qwen3-VL, images are decoded (`ml/images.py`) and the image-only Qwen3-VL processor expands each
-  `<|image_pad|>` into the right number of patch tokens and produces `pixel_values` / `image_grid_thw`;
-  images past `max_images_per_message` in a message are dropped first (counted for an event);
+  `<|image_pad|>` into the right number of patch tokens; images past `max_images_per_message` in a message are
+  dropped first (counted for an event). An example keeps its image *references* and grid sizes, not pixels:
+  `pixel_values` are rebuilt per batch (`PixelLoader`), so memory follows the dataset file, not its decoded
+  images (a 512x512 image is ~6 MB of float patches);
 - `sequence_length` truncates from the right; for VL a cut never splits an image: the image it would split and
   every later one are dropped with their tokens. Examples left with no assistant token are skipped (counted).
 
@@ -37,8 +39,8 @@ class Example:
     input_ids: list[int]
     labels: list[int]
     line: int
-    pixel_values: Any = None  # torch.Tensor [patches, dim] for VL examples with images
-    image_grid_thw: Any = None  # torch.Tensor [images, 3]
+    image_urls: list[str] | None = None  # VL: the images (data/http URLs) whose tokens are in input_ids
+    image_grid_thw: Any = None  # torch.Tensor [images, 3], from the processor
 
     @property
     def length(self) -> int:
@@ -130,6 +132,7 @@ class Encoder:
         stats.records += 1
         messages = [dict(m) for m in record.get("messages") or []]
         images: list[Any] = []
+        urls: list[str] = []
         if self.vision:
             if self.max_images is not None:
                 from synth_ai.datasets import trim_images
@@ -138,7 +141,7 @@ class Encoder:
                 if dropped:
                     stats.images_dropped += dropped
                     stats.records_with_dropped_images += 1
-            messages, images = self._collect_images(messages, f"{where}: line {line}")
+            messages, images, urls = self._collect_images(messages, f"{where}: line {line}")
             stats.images += len(images)
         else:
             for i, message in enumerate(messages):
@@ -158,14 +161,14 @@ class Encoder:
             offsets = [tuple(o) for o in batch["offset_mapping"][0].tolist()]
             replacements = (batch.get("text_replacement_offsets") or [[]])[0]
             spans = _shift_spans(spans, replacements)
-            pixel_values, grid = batch["pixel_values"], batch["image_grid_thw"]
+            grid = batch["image_grid_thw"]
         else:
             enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
             input_ids, offsets = enc["input_ids"], enc["offset_mapping"]
-            pixel_values = grid = None
+            grid = None
         mask = mask_from_spans(offsets, spans)
         labels = [tok if m else IGNORE for tok, m in zip(input_ids, mask)]
-        example = Example(input_ids=input_ids, labels=labels, line=line, pixel_values=pixel_values,
+        example = Example(input_ids=input_ids, labels=labels, line=line, image_urls=urls if grid is not None else None,
                           image_grid_thw=grid)
         if self.sequence_length and example.length > self.sequence_length:
             stats.truncated += 1
@@ -181,8 +184,10 @@ class Encoder:
         stats.max_length = max(stats.max_length, example.length)
         return example
 
-    def _collect_images(self, messages: list[dict[str, Any]], where: str) -> tuple[list[dict[str, Any]], list[Any]]:
+    def _collect_images(self, messages: list[dict[str, Any]],
+                        where: str) -> tuple[list[dict[str, Any]], list[Any], list[str]]:
         images: list[Any] = []
+        urls: list[str] = []
         out = []
         for i, message in enumerate(messages):
             content = message.get("content")
@@ -195,10 +200,11 @@ class Encoder:
                         continue
                     images.append(load_image(url, allow_remote=self.allow_remote,
                                              where=f"{where}: message {i} part {j}"))
+                    urls.append(url)
                     parts.append({"type": "image"})
                 message = {**message, "content": parts}
             out.append(message)
-        return out, images
+        return out, images, urls
 
     def _truncate(self, example: Example, limit: int) -> Example:
         ids, labels = example.input_ids[:limit], example.labels[:limit]
@@ -221,8 +227,7 @@ class Encoder:
         ids, labels = example.input_ids[:cut], example.labels[:cut]
         if keep == 0:
             return Example(ids, labels, example.line)
-        patches = sum(int(g.prod()) for g in grid[:keep])
-        return Example(ids, labels, example.line, example.pixel_values[:patches], grid[:keep])
+        return Example(ids, labels, example.line, (example.image_urls or [])[:keep], grid[:keep])
 
 
 def read_examples(path: Path, encoder: Encoder, *, model_id: str | None) -> list[Example]:
@@ -264,7 +269,26 @@ def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int) ->
     return batches
 
 
-def collate(examples: list[Example], pad_id: int) -> dict[str, Any]:
+class PixelLoader:
+    """Rebuilds `pixel_values` for a batch from the examples' image references (same processor, same grids)."""
+
+    def __init__(self, image_processor: Any, allow_remote: bool) -> None:
+        self.image_processor = image_processor
+        self.allow_remote = allow_remote
+
+    def __call__(self, examples: list[Example]) -> tuple[Any, Any]:
+        import torch
+
+        images = [load_image(url, allow_remote=self.allow_remote, where=f"line {e.line}")
+                  for e in examples for url in (e.image_urls or [])]
+        out = self.image_processor(images=images, return_tensors="pt")
+        expected = torch.cat([e.image_grid_thw for e in examples if e.image_urls], dim=0)
+        if not torch.equal(out["image_grid_thw"], expected):  # pragma: no cover - a processor that is not pure
+            raise RuntimeError("image preprocessing changed between encoding and training")
+        return out["pixel_values"], expected
+
+
+def collate(examples: list[Example], pad_id: int, pixels: PixelLoader | None = None) -> dict[str, Any]:
     """Right-padded tensors; no attention mask when every row has the same length."""
     import torch
 
@@ -281,8 +305,6 @@ def collate(examples: list[Example], pad_id: int) -> dict[str, Any]:
             attention[r, :e.length] = 1
     batch: dict[str, Any] = {"input_ids": input_ids, "labels": labels, "attention_mask": attention,
                              "tokens": sum(e.length for e in examples)}
-    with_images = [e for e in examples if e.image_grid_thw is not None]
-    if with_images:
-        batch["pixel_values"] = torch.cat([e.pixel_values for e in with_images], dim=0)
-        batch["image_grid_thw"] = torch.cat([e.image_grid_thw for e in with_images], dim=0)
+    if pixels is not None and any(e.image_urls for e in examples):
+        batch["pixel_values"], batch["image_grid_thw"] = pixels(examples)
     return batch
