@@ -13,12 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend_support import BackendProcess, build_tiny_text, link_tiny, wait_for
+from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, wait_for
 from conftest import REPO_ROOT, free_port, run_cli
 
 CONFIG = REPO_ROOT / "examples" / "configs" / "sft_tiny_local.toml"
 DATASET = REPO_ROOT / "examples" / "datasets" / "sft_math_small.jsonl"
-TINY_CACHE = REPO_ROOT / ".pytest_cache" / "synth-ai-tiny-models"
 ENV_KEY = "sk_env_train_client_0123456789abcdef"
 RL_CONFIG = REPO_ROOT / "examples" / "configs" / "rl_text_qwen3_4b.toml"
 
@@ -27,7 +26,7 @@ RL_CONFIG = REPO_ROOT / "examples" / "configs" / "rl_text_qwen3_4b.toml"
 def backend(tmp_path_factory: pytest.TempPathFactory):
     data_dir = tmp_path_factory.mktemp("backend") / "home"
     data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_text(TINY_CACHE))
+    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
     process = BackendProcess(data_dir, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
     yield process
     process.stop()

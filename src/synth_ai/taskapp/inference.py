@@ -61,12 +61,21 @@ def with_cid(url: str, cid: str) -> str:
 
 
 def _default_api_key(url: str) -> str | None:
-    """Vendor keys go only to their vendor's host; any other endpoint gets no key unless one is passed."""
-    host = urlsplit(url).hostname or ""
+    """Vendor keys go only to their vendor's host, the Synth key only to a Synth inference endpoint (a path under
+    `/api/inference/`: the embedded backend on this machine uses its own key); any other endpoint gets no key
+    unless one is passed."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
     if host.endswith("openai.com"):
         return os.environ.get("OPENAI_API_KEY") or None
     if host.endswith("groq.com"):
         return os.environ.get("GROQ_API_KEY") or None
+    if "/api/inference/" in parts.path:
+        if host in {"127.0.0.1", "localhost", "::1"}:
+            from synth_ai.backend.auth import default_key
+
+            return default_key() or os.environ.get("SYNTH_API_KEY") or None
+        return os.environ.get("SYNTH_API_KEY") or None
     return None
 
 

@@ -1,0 +1,48 @@
+"""A bundled task app whose policy is the embedded backend's own inference endpoint: the rollout's model calls
+are authorised with the backend's key (never with a vendor key), end to end over real HTTP."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
+from conftest import REPO_ROOT
+
+ENV_KEY = "sk_env_embedded_inference_0123456789"
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory):
+    data_dir = tmp_path_factory.mktemp("backend") / "home"
+    data_dir.mkdir()
+    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
+    process = BackendProcess(data_dir).start()
+    yield process
+    process.stop()
+
+
+def test_math_rollout_against_embedded_inference(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    from synth_ai.taskapp import create_task_app
+    from taskapp_support import math_entry, rollout_body, running_app
+
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    monkeypatch.setenv("SYNTH_API_KEY", backend.key)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-vendor-key-must-not-reach-the-backend")
+    inference_url = f"{backend.url}/api/inference/v1/chat/completions?cid=trace-embedded-1"
+    body = rollout_body(inference_url, seed=1, max_tokens=16, temperature=0.0)
+    body["policy"]["config"]["model"] = "synth-ai/tiny-qwen3"
+    with running_app(create_task_app(math_entry().config_factory())) as app_url:
+        response = httpx.post(f"{app_url}/rollout", json=body, headers={"X-API-Key": ENV_KEY}, timeout=120)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    step = doc["trajectories"][0]["steps"][0]
+    assert step["info"]["meta"]["inference_url"].startswith(f"{backend.url}/api/inference/")
+    assert doc["pipeline_metadata"]["inference_url"].endswith("cid=trace-embedded-1")
+    assert isinstance(step["reward"], (int, float))
+
+
+def test_embedded_inference_refuses_calls_without_the_key(backend: BackendProcess) -> None:
+    body = {"model": "synth-ai/tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    response = httpx.post(f"{backend.url}/api/inference/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 401
