@@ -1,6 +1,6 @@
 """Helpers for the embedded-backend tests: a real `synth-ai backend serve` subprocess on a free port, an httpx
-client with its key, and the tiny model built once per machine (cached under .pytest_cache) and linked into each
-test's data dir so no test pays for building it."""
+client with its key, and the tiny models built once per session and linked into each test's data dir so no test
+pays for building them."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import httpx
 from conftest import free_port
 
 TINY_TEXT = "synth-ai/tiny-qwen3"
+TINY_VL = "synth-ai/tiny-qwen3-vl"
 
 
 class BackendProcess:
@@ -82,22 +83,25 @@ class BackendProcess:
                 self.proc.wait()
 
 
-def build_tiny_text(cache_root: Path) -> Path:
-    """Build synth-ai/tiny-qwen3 once into `cache_root` (a subprocess: torch stays out of the test process)."""
+def build_tiny_models(store_root: Path, model_ids: tuple[str, ...] = (TINY_TEXT, TINY_VL)) -> list[Path]:
+    """Build the tiny models once into a model store at `store_root` (in a subprocess: torch stays out of the test
+    process) and return their folders. Pass the session's `ml-core-data` folder to share the build with the ML
+    test modules."""
     code = ("import sys; from pathlib import Path; from synth_ai.backend.modelstore import ModelStore; "
-            "print(ModelStore(Path(sys.argv[1])).ensure_tiny(sys.argv[2]))")
+            "store = ModelStore(Path(sys.argv[1])); [print(store.resolve(m)) for m in sys.argv[2:]]")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", code, str(cache_root), TINY_TEXT], check=True, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, str(store_root), *model_ids], check=True, capture_output=True,
                          text=True, env=env, timeout=600)
-    return Path(out.stdout.strip().splitlines()[-1])
+    return [Path(line) for line in out.stdout.strip().splitlines()[-len(model_ids):]]
 
 
-def link_tiny(data_dir: Path, built: Path) -> None:
-    """Make a built tiny model visible in `data_dir`'s model store (a symlink to the cached folder)."""
-    target = data_dir / "models" / "tiny" / built.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not target.exists():
-        target.symlink_to(built, target_is_directory=True)
+def link_tiny(data_dir: Path, built: list[Path]) -> None:
+    """Make built tiny models visible in `data_dir`'s model store (symlinks to the shared folders)."""
+    for folder in built:
+        target = data_dir / "models" / "tiny" / folder.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.symlink_to(folder, target_is_directory=True)
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = "condition") -> Any:
@@ -127,12 +131,36 @@ def upload(client: httpx.Client, path: Path, *, purpose: str = "fine-tune", rout
                            data={"purpose": purpose}, headers=headers or {})
 
 
-def sft_body(file_id: str, *, steps: int | None = None, **hyper: Any) -> dict[str, Any]:
+def picture_jsonl(path: Path, n: int = 8) -> Path:
+    """Chats about a coloured square, the picture as a PNG data URL (for the tiny Qwen3-VL)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    colours = {"red": (220, 30, 30), "green": (30, 200, 60), "blue": (30, 60, 220)}
+    lines = []
+    for i in range(n):
+        name = list(colours)[i % len(colours)]
+        image = Image.new("RGB", (32, 32), (255, 255, 255))
+        image.paste(colours[name], (6 + i % 4, 6, 24 + i % 4, 24))
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+        lines.append(json.dumps({"messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": "Which colour is the square?"}]},
+            {"role": "assistant", "content": f"The square is {name}."}]}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def sft_body(file_id: str, *, steps: int | None = None, model: str = TINY_TEXT, **hyper: Any) -> dict[str, Any]:
     hp: dict[str, Any] = {"n_epochs": 1, "learning_rate": 1e-3, "per_device_batch": 2, "sequence_length": 64}
     if steps is not None:
         hp["total_steps"] = steps
     hp.update(hyper)
-    return {"model": TINY_TEXT, "hyperparameters": hp, "training_type": "sft_offline",
+    return {"model": model, "hyperparameters": hp, "training_type": "sft_offline",
             "metadata": {"effective_config": {}}, "training_file_id": file_id}
 
 

@@ -5,17 +5,19 @@ restarted (the job resumes from its checkpoint and succeeds, the uploaded file s
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import time
 
 import pytest
 from backend_support import (
     BackendProcess,
-    build_tiny_text,
+    build_tiny_models,
     chat_jsonl,
     events,
     job_status,
     link_tiny,
+    picture_jsonl,
     sft_body,
     upload,
     wait_for,
@@ -28,25 +30,25 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def tiny_text(request) -> object:
-    cache = request.config.cache.mkdir("synth-ai-tiny-models")
-    return build_tiny_text(cache)
+def tiny_models(tmp_path_factory) -> list:
+    """Both tiny models, built once per session in the store the ML test modules share."""
+    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data")
 
 
 @pytest.fixture
-def backend(tmp_path, tiny_text):
+def backend(tmp_path, tiny_models):
     data = tmp_path / "data"
-    link_tiny(data, tiny_text)
+    link_tiny(data, tiny_models)
     proc = BackendProcess(data, env={"SYNTH_AI_BACKEND_CANCEL_GRACE_S": "20"}).start()
     yield proc
     proc.stop()
 
 
-def _check_succeeded_job(api, job_id: str, backend: BackendProcess, steps: int) -> str:
+def _check_succeeded_job(api, job_id: str, backend: BackendProcess, steps: int, base: str) -> str:
     final = api.get(f"/learning/jobs/{job_id}").json()
     log = events(api, job_id)
     assert final["status"] == "succeeded", (final, log[-3:], backend.log())
-    expected = f"ft:synth-ai/tiny-qwen3:{job_id}"
+    expected = f"ft:{base}:{job_id}"
     assert final["fine_tuned_model"] == expected
 
     types = [e["type"] for e in log]
@@ -72,38 +74,50 @@ def _check_succeeded_job(api, job_id: str, backend: BackendProcess, steps: int) 
     return expected
 
 
-def test_sft_jobs_train_report_and_serve(tmp_path, tiny_text):
-    """A full fine-tune and a LoRA job, side by side (two worker slots), then both models answer."""
+def test_sft_jobs_train_report_and_serve(tmp_path, tiny_models):
+    """Full fine-tune and LoRA on tiny Qwen3 and LoRA on tiny Qwen3-VL with images, side by side (three worker
+    slots), then every fine-tuned model answers at the inference endpoint."""
     data = tmp_path / "data"
-    link_tiny(data, tiny_text)
-    backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_MAX_JOBS": "2"}).start()
+    link_tiny(data, tiny_models)
+    backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_MAX_JOBS": "3"}).start()
     steps = 12
+    text, vl = "synth-ai/tiny-qwen3", "synth-ai/tiny-qwen3-vl"
     try:
         with backend.client() as api:
-            file_id = upload(api, chat_jsonl(tmp_path / "train.jsonl", n=12)).json()["id"]
-            val_id = upload(api, chat_jsonl(tmp_path / "val.jsonl", n=4)).json()["id"]
+            files = {
+                text: (upload(api, chat_jsonl(tmp_path / "train.jsonl", n=12)).json(),
+                       upload(api, chat_jsonl(tmp_path / "val.jsonl", n=4)).json()),
+                vl: (upload(api, picture_jsonl(tmp_path / "pictures.jsonl", n=12)).json(),
+                     upload(api, picture_jsonl(tmp_path / "pictures-val.jsonl", n=3)).json()),
+            }
+            assert files[vl][0]["status"] == "ready" and files[vl][0]["summary"]["images"] == 12
             jobs = {}
-            for mode, lr in (("full", 1e-3), ("lora", 5e-3)):
-                body = sft_body(file_id, steps=steps, eval_steps=6, logging_steps=1, train_kind=mode,
-                                learning_rate=lr)
-                body["metadata"] = {"effective_config": {"data": {"validation_files": [val_id]}}}
+            for name, model, mode, lr in (("full", text, "full", 1e-3), ("lora", text, "lora", 5e-3),
+                                          ("vl-lora", vl, "lora", 5e-3)):
+                train, val = files[model]
+                body = sft_body(train["id"], steps=steps, model=model, eval_steps=6, logging_steps=1,
+                                train_kind=mode, learning_rate=lr, sequence_length=256)
+                body["metadata"] = {"effective_config": {"data": {"validation_files": [val["id"]]}}}
                 job = api.post("/learning/jobs", json=body).json()
-                assert job["validation_file_id"] == val_id and job["status"] == "created"
-                started = api.post(f"/learning/jobs/{job['id']}/start", json={}, headers={"Idempotency-Key": mode})
+                assert job["validation_file_id"] == val["id"] and job["status"] == "created", job
+                started = api.post(f"/learning/jobs/{job['id']}/start", json={}, headers={"Idempotency-Key": name})
                 assert started.status_code == 200 and started.json()["status"] in {"queued", "running"}
-                jobs[mode] = job["id"]
-            for job_id in jobs.values():
-                wait_for(lambda j=job_id: job_status(api, j) in {"succeeded", "failed", "cancelled"}, timeout=120,
-                         what="the jobs to finish")
-            models = {mode: _check_succeeded_job(api, job_id, backend, steps) for mode, job_id in jobs.items()}
+                jobs[name] = (job["id"], model)
+            for job_id, _ in jobs.values():
+                wait_for(lambda j=job_id: job_status(api, j) in {"succeeded", "failed", "cancelled"}, timeout=150,
+                         interval=0.5, what="the jobs to finish")
+            models = {name: _check_succeeded_job(api, job_id, backend, steps, model)
+                      for name, (job_id, model) in jobs.items()}
 
             listed = {m["id"]: m for m in api.get("/learning/models").json()["data"]}
-            for mode, model_id in models.items():
-                assert listed[model_id]["kind"] == "fine_tuned" and listed[model_id]["job_id"] == jobs[mode]
-                assert api.get(f"/learning/models/{model_id}").json()["base_model"] == "synth-ai/tiny-qwen3"
+            picture = json.loads(picture_jsonl(tmp_path / "ask.jsonl", n=1).read_text())["messages"][0]
+            for name, model_id in models.items():
+                job_id, base = jobs[name]
+                assert listed[model_id]["kind"] == "fine_tuned" and listed[model_id]["job_id"] == job_id
+                assert api.get(f"/learning/models/{model_id}").json()["base_model"] == base
+                question = picture if base == vl else {"role": "user", "content": "What is 2 plus 2?"}
                 answer = api.post("/inference/v1/chat/completions", json={
-                    "model": model_id, "messages": [{"role": "user", "content": "What is 2 plus 2?"}],
-                    "max_tokens": 8, "temperature": 0})
+                    "model": model_id, "messages": [question], "max_tokens": 8, "temperature": 0})
                 assert answer.status_code == 200, answer.text
                 assert answer.json()["choices"][0]["message"]["role"] == "assistant"
                 assert answer.json()["usage"]["completion_tokens"] >= 1
@@ -111,7 +125,7 @@ def test_sft_jobs_train_report_and_serve(tmp_path, tiny_text):
                 "model": "ft:synth-ai/tiny-qwen3:job_unknown", "messages": [{"role": "user", "content": "hi"}]})
             assert missing.status_code == 404
             assert api.post("/inference/v1/chat/completions", json={"model": models["full"]}).status_code == 400
-            assert api.delete(f"/files/{val_id}").status_code == 200  # its jobs are finished
+            assert api.delete(f"/files/{files[text][1]['id']}").status_code == 200  # its jobs are finished
     finally:
         backend.stop()
 
@@ -147,9 +161,9 @@ def test_cancel_stops_a_running_worker(backend, tmp_path):
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
-def test_backend_killed_mid_job_resumes_after_restart(tmp_path, tiny_text, how):
+def test_backend_killed_mid_job_resumes_after_restart(tmp_path, tiny_models, how):
     data = tmp_path / "data"
-    link_tiny(data, tiny_text)
+    link_tiny(data, tiny_models)
     first = BackendProcess(data).start()
     try:
         with first.client() as api:
