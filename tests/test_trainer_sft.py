@@ -123,7 +123,7 @@ def test_lora_lowers_the_loss_with_a_small_adapter(ml_store: ModelStore, tmp_pat
     train = write_jsonl(tmp_path / "train.jsonl", pirate_records(48))
     result, rec = run(ml_store, tmp_path / "job_lora", train, n_epochs=4, per_device_batch=8, learning_rate=3e-3,
                       train_kind="peft", lora_rank=8, lora_alpha=16, lora_dropout=0.0,
-                      lora_target_modules=["all-linear"])
+                      lora_target_modules=["all-linear"], parallelism={"activation_checkpointing": True})
     assert result["train_loss_final"] < result["train_loss_first"] - 2.0
     started = rec.of("sft.training.started")[0]["data"]
     assert started["mode"] == "lora" and started["lora"]["r"] == 8

@@ -180,11 +180,10 @@ class InferenceEngine:
         except Exception as exc:  # a template error is a request problem (e.g. an unexpected message shape)
             raise InvalidInputError(f"The messages could not be rendered with {loaded.model_id}'s chat template "
                                     f"({type(exc).__name__}: {exc}).") from exc
-        prefix = ""
-        if thinking == "think" and not prompt.endswith("<think>\n"):
-            prefix = "<think>\n"
-        elif thinking == "no_think" and not prompt.rstrip("\n").endswith("</think>"):
-            prefix = "<think>\n\n</think>\n\n"
+        # "think": open the block ourselves (what Qwen3 thinking models start with), so thinking_budget can count
+        # from it. "no_think" is the template's business (`enable_thinking=False` writes the empty block in Qwen3
+        # templates; Qwen3-VL Instruct templates have no thinking to turn off).
+        prefix = "<think>\n" if thinking == "think" and not prompt.endswith("<think>\n") else ""
         prompt += prefix
         if images:
             inputs = loaded.processor(text=[prompt], images=images, return_tensors="pt")

@@ -332,7 +332,11 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     load_dtype = torch.bfloat16 if (use_bf16 and settings.mode == "lora") else torch.float32
     model = loading.load_model(base_path, loading.Placement(where.device, load_dtype))
     if settings.activation_checkpointing:
-        model.gradient_checkpointing_enable()
+        # non-reentrant: gradients reach LoRA weights even though the (frozen) inputs need no grad
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if settings.mode == "lora":
         model = _wrap_lora(model, settings, vision)
