@@ -174,7 +174,15 @@ class Scheduler:
                 self.store.transition(row["id"], "cancelled", only_from={"queued"},
                                       event=(J.EV_CANCELLED, "Job cancelled before it started.", None, "warning"))
                 continue
-            self._spawn(row)
+            try:
+                self._spawn(row)
+            except OSError as exc:  # cannot fork, no python, disk full for the log: the job cannot run
+                reason = f"the backend could not start a worker process: {exc}"
+                log.exception("starting a worker for %s failed", row["id"])
+                self.store.transition(row["id"], "failed", only_from={"queued"}, error=reason,
+                                      event=(J.EV_FAILED, f"Job failed: {reason}", {"reason": reason}, "error"),
+                                      message=reason)
+                continue
             free -= 1
 
     def _spawn(self, row) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 import anyio
@@ -56,6 +57,14 @@ async def upload_file(request: Request) -> JSONResponse:
                        details={"limit_bytes": limit} if exc.status_code == 413 else None) from None
     except (ClientDisconnect, anyio.get_cancelled_exc_class()):
         receiver.abort()
+        raise
+    except OSError as exc:
+        receiver.abort()
+        if exc.errno == errno.ENOSPC:
+            raise ApiError(507, "insufficient_storage",
+                           f"The backend's disk is full; the upload was discarded ({backend.settings.data_dir}).",
+                           hint="Free space in the data dir (old files: DELETE /api/files/{id}) and upload again.") \
+                from None
         raise
     except BaseException:
         receiver.abort()
