@@ -15,11 +15,14 @@ from synth_ai.cli.output import Output
 
 # Each module defines `register(app)`. Add a line here to add a command.
 COMMAND_MODULES: tuple[str, ...] = (
+    "synth_ai.cli.setup_cmd",
     "synth_ai.cli.train",
+    "synth_ai.cli.jobs_cmd",
     "synth_ai.cli.config_cmd",
     "synth_ai.cli.models_cmd",
     "synth_ai.cli.taskapp_cmd",
     "synth_ai.cli.deploy_cmd",
+    "synth_ai.cli.backend_cmd",
 )
 
 HELP = (
