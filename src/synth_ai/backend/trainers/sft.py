@@ -446,7 +446,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
         run_eval(0)
     loop_started = time.perf_counter()
     trained_tokens, last_loss = 0, None
-    last_save = time.monotonic()
+    last_save = last_progress = time.monotonic()
     for step in range(start_step, total_steps):
         if should_stop():
             saved_at = checkpoint(step, last_loss) if step > start_step else resume_from
@@ -479,7 +479,9 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
         reporter.metric("learning_rate", step, lr)
         reporter.metric("tokens_per_second", step, tokens / max(elapsed, 1e-9))
         done = step + 1
-        if done % log_every == 0 or done == total_steps or step == start_step:
+        if done % log_every == 0 or done == total_steps or step == start_step or \
+                time.monotonic() - last_progress > 30:
+            last_progress = time.monotonic()
             spent = time.perf_counter() - loop_started
             rate = (done - start_step) / max(spent, 1e-9)
             _event(reporter, "sft.progress", f"step {done}/{total_steps} loss {value:.4f}",
