@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "synth_ai.cli.models_cmd",
     "synth_ai.cli.taskapp_cmd",
     "synth_ai.cli.deploy_cmd",
+    "synth_ai.cli.files_cmd",
     "synth_ai.cli.backend_cmd",
 )
 

@@ -1,0 +1,330 @@
+"""Bench: SFT dataset validation speed and memory, ours against synth-ai 0.2.17.
+
+Generates a ~300 MB JSONL of SFT records with image data URLs (deterministic, cached under bench/.cache/), then
+times:
+
+- ours: `synth-ai files validate FILE --json` as a whole process (start-up and imports included), MB/s and the
+  child's peak RSS (from `wait4`); also on a file a tenth the size, to show the peak RSS does not grow with it;
+- baseline: synth-ai 0.2.17's `validate_sft_jsonl(path)` timed inside its own process, with its multi-second
+  import excluded, in the reference venv that `bench/reference_env.py` builds (bench/.cache/ref-venv).
+
+The two sides run interleaved (ours, baseline, ours, ...) on a warm page cache, `--runs` times each, so both see
+the same machine load; the best run of each is compared (the median is printed too), and CPU seconds are shown
+as a load-independent check. Ends with `validate: ours X MB/s, baseline Y MB/s, ratio Z`.
+
+    python bench/validate.py                 # ~300 MB of crafter-style records, 5 runs each
+    python bench/validate.py --mix screens   # larger images
+    python bench/validate.py --size-mb 50 --runs 1 --no-baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+CACHE_DIR = BENCH_DIR / ".cache"
+GENERATOR_VERSION = 3
+
+# The baseline runs in one long-lived process (its multi-second import paid once, outside the timings): each
+# "run" line on stdin validates the file once and answers one JSON line. That lets the bench interleave the two
+# sides run by run, so both see the same machine load.
+_BASELINE_SERVER = r"""
+import json, resource, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from synth_ai.api.train.utils import validate_sft_jsonl
+imported = time.perf_counter() - t0
+print(json.dumps({"ready": True, "import_seconds": imported}), flush=True)
+for command in sys.stdin:
+    path = Path(command.strip())
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    c0, t1 = time.process_time(), time.perf_counter()
+    validate_sft_jsonl(path)
+    seconds, cpu = time.perf_counter() - t1, time.process_time() - c0
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "rss_before_kb": rss_before,
+                      "rss_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+"""
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- data -----------------------------------------------------------------------------------------------------
+
+MIXES = {
+    # One decision per record: system, observation (text + one 64x64 frame: 1-6 KB), answer or tool call.
+    "frames": (1_000, 6_000),
+    # Multi-turn episodes: 3-6 steps of observation + frame, tool call, tool result, then a final answer.
+    "episodes": (1_000, 6_000),
+    # Screenshot-style: one larger image (20-400 KB) per record.
+    "screens": (20_000, 400_000),
+}
+
+
+def _image_pool(rng: random.Random, sizes: tuple[int, int]) -> list[tuple[str, str]]:
+    """Distinct fake images (real headers, random bodies) as (mime, base64)."""
+    headers = {
+        "image/png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+        "image/jpeg": b"\xff\xd8\xff\xe0\x00\x10JFIF\x00",
+        "image/webp": b"RIFF\x00\x00\x00\x00WEBPVP8 ",
+    }
+    pool = []
+    for k in range(48):
+        mime = list(headers)[k % 3]
+        body = headers[mime] + rng.randbytes(rng.randint(*sizes))
+        pool.append((mime, base64.b64encode(body).decode("ascii")))
+    return pool
+
+
+_WORDS = ["the", "agent", "moves", "left", "toward", "tree", "collect", "wood", "stone", "craft", "table", "then",
+          "sapling", "water", "drink", "place", "pickaxe", "zombie", "health", "food"]
+
+
+def _episode(rng: random.Random, pool: list[tuple[str, str]]) -> dict:
+    def text(n: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+    messages: list[dict] = [{"role": "system", "content": "You are an agent playing Crafter. " + text(40)}]
+    for step in range(rng.randint(3, 6)):
+        mime, b64 = rng.choice(pool)
+        call_id = f"call_{step}_{rng.randint(0, 10**6)}"
+        messages += [
+            {"role": "user", "content": [{"type": "text", "text": text(rng.randint(10, 40))},
+                                         {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{b64}"}}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "interact", "arguments": json.dumps({"actions": [text(1), text(1)]})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": text(rng.randint(5, 20))},
+        ]
+    messages.append({"role": "assistant", "content": text(rng.randint(5, 30))})
+    return {"messages": messages, "tools": [{"name": "interact", "description": text(8),
+                                             "parameters": {"type": "object", "properties": {}}}],
+            "metadata": {"seed": rng.randint(0, 10_000), "env": "crafter"}}
+
+
+def _record(rng: random.Random, pool: list[tuple[str, str]]) -> dict:
+    def text(n: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+    system = {"role": "system", "content": "You are an agent playing Crafter. " + text(40)}
+    call = {"id": f"call_{rng.randint(0, 10**6)}", "type": "function",
+            "function": {"name": "interact", "arguments": json.dumps({"actions": [text(1), text(1)]})}}
+    if rng.random() < 0.85:  # vision: observation text + frame, then a tool call or a short answer
+        mime, b64 = rng.choice(pool)
+        user = {"role": "user", "content": [
+            {"type": "text", "text": text(rng.randint(10, 40))},
+            {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{b64}"}},
+        ]}
+        answer = ({"role": "assistant", "content": None, "tool_calls": [call]} if rng.random() < 0.6
+                  else {"role": "assistant", "content": text(rng.randint(5, 30))})
+        return {"messages": [system, user, answer], "metadata": {"seed": rng.randint(0, 10_000), "env": "crafter"}}
+    return {  # text only, with a tool round trip
+        "messages": [
+            system,
+            {"role": "user", "content": text(rng.randint(20, 120))},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": text(20)},
+            {"role": "assistant", "content": text(rng.randint(5, 40))},
+        ],
+        # The flat tool shape: the only one synth-ai 0.2.17 accepts (ours also takes {"type", "function"}).
+        "tools": [{"name": "interact", "description": text(8), "parameters": {"type": "object", "properties": {}}}],
+    }
+
+
+def generate(size_mb: int, mix: str, cache_dir: Path) -> Path:
+    path = cache_dir / f"validate-sft-{mix}-{size_mb}mb-v{GENERATOR_VERSION}.jsonl"
+    if path.exists():
+        return path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    log(f"generating {path} (~{size_mb} MB, {mix})")
+    rng = random.Random(1234)
+    pool = _image_pool(rng, MIXES[mix])
+    make = _episode if mix == "episodes" else _record
+    target = size_mb * 1_000_000
+    tmp = path.with_suffix(".tmp")
+    written = 0
+    with open(tmp, "w", encoding="utf-8") as fh:
+        while written < target:
+            line = json.dumps(make(rng, pool)) + "\n"
+            fh.write(line)
+            written += len(line)
+    tmp.replace(path)
+    return path
+
+
+# --- timing ---------------------------------------------------------------------------------------------------
+
+def _run_child(cmd: list[str]) -> tuple[float, float, int, str]:
+    """Run a process; return (wall seconds, CPU seconds, peak RSS in KiB, stdout). CPU and RSS come from `wait4`:
+    the process and the workers it reaped (RSS is the largest single process)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{err.decode()[-2000:]}\n{out.decode()[-2000:]}")
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out.decode()
+
+
+def our_command(path: Path, *extra: str) -> list[str]:
+    script = Path(sys.executable).parent / "synth-ai"
+    found = str(script) if script.exists() else shutil.which("synth-ai")
+    if found is None:
+        raise SystemExit("the synth-ai console script is not installed in this environment (pip install -e .)")
+    return [found, "files", "validate", str(path), "--json", *extra]
+
+
+def run_ours(path: Path, *extra: str) -> dict:
+    seconds, cpu, rss, out = _run_child(our_command(path, *extra))
+    doc = json.loads(out)
+    if not doc.get("ok"):
+        raise RuntimeError(f"our validator rejected the bench file: {doc.get('errors')[:3]}")
+    return {"seconds": seconds, "cpu_seconds": cpu, "rss_kb": rss}
+
+
+class Baseline:
+    """synth-ai 0.2.17 in its own process, imported once; `run()` validates the file once inside it."""
+
+    def __init__(self) -> None:
+        sys.path.insert(0, str(BENCH_DIR))
+        try:
+            from reference_env import ensure_reference_venv, reference_env
+        finally:
+            sys.path.pop(0)
+        python = ensure_reference_venv()
+        self.proc = subprocess.Popen([str(python), "-c", _BASELINE_SERVER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     env=reference_env())
+        self.import_seconds = self._answer()["import_seconds"]
+
+    def _answer(self) -> dict:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # the reference prints banners of its own on stdout
+            if line.startswith("{"):
+                return json.loads(line)
+        raise RuntimeError(f"the baseline process ended (exit code {self.proc.wait()})")
+
+    def run(self, path: Path) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{path}\n")
+        self.proc.stdin.flush()
+        doc = self._answer()
+        doc["rss_growth_kb"] = doc["rss_peak_kb"] - doc["rss_before_kb"]
+        return doc
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def head_file(path: Path, fraction: float, cache_dir: Path) -> Path:
+    """The first `fraction` of `path`'s lines (by bytes), cached in `cache_dir`."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    small = cache_dir / (path.stem + f".head{int(fraction * 100)}pct.jsonl")
+    if small.exists():
+        return small
+    limit = int(path.stat().st_size * fraction)
+    with open(path, "rb") as src, open(small, "wb") as dst:
+        written = 0
+        for line in src:
+            if written >= limit:
+                break
+            dst.write(line)
+            written += len(line)
+    return small
+
+
+def warm(path: Path) -> None:
+    with open(path, "rb") as fh:
+        while fh.read(1 << 24):
+            pass
+
+
+def _best(runs: list[dict], key: str = "seconds") -> float:
+    return min(r[key] for r in runs)
+
+
+def _median(runs: list[dict], key: str = "seconds") -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="SFT JSONL validation: ours vs synth-ai 0.2.17")
+    parser.add_argument("--size-mb", type=int, default=300, help="size of the generated JSONL (default 300)")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="frames",
+                        help="frames (default): one step per record, a 1-6 KB frame; episodes: multi-turn records, a "
+                        "frame per step; screens: one 20-400 KB image per record")
+    parser.add_argument("--runs", type=int, default=5, help="interleaved runs per side (default 5)")
+    parser.add_argument("--no-baseline", action="store_true", help="time ours only")
+    parser.add_argument("--file", type=Path, help="bench this JSONL instead of a generated one")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    args = parser.parse_args(argv)
+
+    path = args.file.resolve() if args.file else generate(args.size_mb, args.mix, args.cache_dir)
+    mb = path.stat().st_size / 1e6
+    small = head_file(path, 0.1, args.cache_dir)
+    for p in (path, small):
+        warm(p)
+    with open(path, "rb") as fh:
+        records = sum(1 for _ in fh)
+    print(f"file: {path.name}: {mb:.1f} MB, {records:,} records ({'given' if args.file else args.mix}); "
+          f"{os.cpu_count()} CPUs; "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+    baseline = None if args.no_baseline else Baseline()
+    ours: list[dict] = []
+    single: list[dict] = []
+    base: list[dict] = []
+    try:
+        for _ in range(args.runs):  # interleaved, so that both sides see the same machine load
+            ours.append(run_ours(path))
+            single.append(run_ours(path, "--workers", "1"))
+            if baseline is not None:
+                base.append(baseline.run(path))
+    finally:
+        if baseline is not None:
+            baseline.close()
+    head = [run_ours(small) for _ in range(2)]
+    hashed = run_ours(path, "--sha256")
+
+    ours_rate = mb / _best(ours)
+    print(f"ours:     `synth-ai files validate --json`, whole process: best {_best(ours):.3f} s = {ours_rate:.0f} MB/s "
+          f"(median {mb / _median(ours):.0f} MB/s), CPU {_best(ours, 'cpu_seconds'):.2f} s; peak RSS "
+          f"{max(r['rss_kb'] for r in ours) / 1024:.1f} MiB ({max(r['rss_kb'] for r in head) / 1024:.1f} MiB on "
+          f"the {small.stat().st_size / 1e6:.0f} MB head)")
+    print(f"          --workers 1: best {mb / _best(single):.0f} MB/s, CPU {_best(single, 'cpu_seconds'):.2f} s; "
+          f"--sha256: {mb / hashed['seconds']:.0f} MB/s")
+    if baseline is None:
+        print(f"validate: ours {ours_rate:.0f} MB/s, baseline (skipped)")
+    else:
+        base_rate = mb / _best(base)
+        print(f"baseline: synth-ai 0.2.17 validate_sft_jsonl in process, import ({baseline.import_seconds:.1f} s) "
+              f"excluded: best {_best(base):.3f} s = {base_rate:.0f} MB/s (median {mb / _median(base):.0f} MB/s), "
+              f"CPU {_best(base, 'cpu_seconds'):.2f} s; RSS growth while validating "
+              f"{max(r['rss_growth_kb'] for r in base) / 1024:.1f} MiB")
+        print(f"          CPU: baseline {_best(base, 'cpu_seconds'):.2f} s (validation only) vs ours "
+              f"{_best(ours, 'cpu_seconds'):.2f} s (whole process, workers included): "
+              f"ratio {_best(base, 'cpu_seconds') / _best(ours, 'cpu_seconds'):.2f}")
+        print(f"validate: ours {ours_rate:.0f} MB/s, baseline {base_rate:.0f} MB/s, ratio {ours_rate / base_rate:.2f}")
+    rel = os.path.relpath(Path(__file__).resolve(), Path.cwd())
+    source = f"--file {args.file}" if args.file else f"--size-mb {args.size_mb} --mix {args.mix}"
+    print(f"reproduce: python {rel} {source} --runs {args.runs}" + (" --no-baseline" if args.no_baseline else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""`synth-ai files ...`: datasets and uploaded files.
+
+For now the group has `validate` (local, no backend needed). Each subcommand is one `_add_*` function taking the
+group; to add `files list|get`, write another and name it in `SUBCOMMANDS`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from synth_ai.cli.app import json_option, output_of
+
+
+def _add_validate(group: typer.Typer) -> None:
+    @group.command("validate")
+    def validate(
+        ctx: typer.Context,
+        path: Path = typer.Argument(..., help="The SFT JSONL file to check.", show_default=False),
+        model: str = typer.Option(
+            None, "--model", "-m",
+            help="Check images against this model: refused for text-only models, trimmed to its "
+            "max_images_per_message for vision models.",
+        ),
+        min_messages: int = typer.Option(2, "--min-messages", min=1, help="Fewest messages (turns) per record."),
+        max_errors: int = typer.Option(20, "--max-errors", min=0, help="How many problems to list (all are counted)."),
+        max_image_mb: float = typer.Option(10.0, "--max-image-mb", min=0.001,
+                                           help="Largest decoded size of one data-URL image, in MiB."),
+        sha256: bool = typer.Option(False, "--sha256", help="Also print the file's sha256 (computed in the same "
+                                    "pass; `train` always computes it for the upload)."),
+        workers: int = typer.Option(0, "--workers", min=0,
+                                    help="Processes for a large file: 0 = one per CPU, 1 = this process only."),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Check an SFT dataset locally: every record, with line numbers, in one streaming pass.
+
+        Exit 0 when valid, 3 when not, 8 when the file does not exist.
+        """
+        from synth_ai.datasets import FIX_HINT, validate_jsonl
+        from synth_ai.errors import ExitCode
+
+        out = output_of(ctx, json_flag)
+        report = validate_jsonl(path, model=model, min_messages=min_messages, max_errors=max_errors,
+                                max_image_bytes=int(max_image_mb * 2**20), sha256=sha256, workers=workers)
+
+        def human(o) -> None:
+            if report.ok:
+                o.info(f"✓ {report.path}: valid SFT dataset")
+                o.info(f"  {report.summary_line()}")
+                if report.sha256:
+                    o.info(f"  sha256 {report.sha256}")
+            else:
+                o.info("✗ " + report.render())
+                o.info(f"Hint: {FIX_HINT}")
+            for warning in report.warnings:
+                o.warn(warning.render())
+            if report.warnings_omitted:
+                o.warn(f"... and {report.warnings_omitted:,} more warnings")
+
+        doc = report.to_dict()
+        if not report.ok:
+            doc["hint"] = FIX_HINT
+        out.result(doc, human)
+        if not report.ok:
+            raise typer.Exit(code=int(ExitCode.INVALID_INPUT))
+
+
+SUBCOMMANDS = (_add_validate,)
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(
+        help="Datasets and uploaded files: check an SFT JSONL locally before training.",
+        no_args_is_help=True,
+    )
+    for add in SUBCOMMANDS:
+        add(group)
+    app.add_typer(group, name="files")

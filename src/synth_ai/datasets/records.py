@@ -1,0 +1,424 @@
+"""One SFT record: the rules it must follow, and its normalised form.
+
+`check_line(raw, options)` parses one JSONL line (bytes) and returns a `RecordResult`: the problems found (all
+of them, not only the first), warnings, counters for the summary and, when asked, the normalised record:
+
+    {"messages": [{"role": "user", "content": "..." | [{"type": "text", "text": ...},
+                                                      {"type": "image_url", "image_url": {"url": ...}}]},
+                  {"role": "assistant", "content": ..., "tool_calls": [{"id"?, "type": "function",
+                                                          "function": {"name": ..., "arguments": {...}}}]}],
+     "tools": [{"type": "function", "function": {"name", "description"?, "parameters"?}}],   # when present
+     "tool_choice"?, "metadata"?, ...other keys unchanged}
+
+Legacy record-level `images` / `image` / `image_url` fields become image parts at the start of the first user
+message, and images beyond the model's `max_images_per_message` are trimmed from each message (`trim_images`, the
+same function the trainer uses).
+
+These are the full rules: every error and warning message comes from here. `fastpath.fast_record` is only an
+accelerator that vouches for clean records and sends everything else here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from synth_ai.datasets.images import DEFAULT_MAX_IMAGE_BYTES, check_image_url
+
+ROLES = ("system", "user", "assistant", "tool")
+ROLE_SET = frozenset(ROLES)
+LEGACY_IMAGE_FIELDS = ("images", "image", "image_url")
+_MESSAGE_STRING_FIELDS = ("name", "reasoning", "raw_content")
+IMAGE_PART_TYPES = ("image_url", "image")
+
+
+@dataclass(slots=True)
+class RecordOptions:
+    """What a record is checked against. `vision` None means no model was named (no image gating/trimming)."""
+
+    min_messages: int = 2
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    model_id: str | None = None
+    vision: bool | None = None
+    max_images_per_message: int | None = None  # None: no limit
+    normalize: bool = False
+
+
+@dataclass(slots=True)
+class RecordResult:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    record: dict[str, Any] | None = None
+    messages: int = 0
+    images: int = 0
+    images_dropped: int = 0
+    tool_calls: int = 0
+    text_chars: int = 0
+
+
+def check_line(raw: bytes | memoryview, options: RecordOptions) -> RecordResult:
+    """Parse one non-blank JSONL line and apply every rule (the full path: all errors and warnings)."""
+    try:
+        obj = json.loads(raw if isinstance(raw, bytes) else bytes(raw))
+    except json.JSONDecodeError as exc:
+        return RecordResult(errors=[f"invalid JSON ({exc.msg} at column {exc.colno})"])
+    except UnicodeDecodeError as exc:
+        return RecordResult(errors=[f"not valid UTF-8 text ({exc.reason} at byte {exc.start})"])
+    ctx = _Ctx(options)
+    record = _check_record(obj, ctx)
+    res = ctx.res
+    if options.normalize and not res.errors:
+        res.record = record
+    return res
+
+
+class _Ctx:
+    __slots__ = ("opts", "res", "normalize")
+
+    def __init__(self, opts: RecordOptions) -> None:
+        self.opts = opts
+        self.res = RecordResult()
+        self.normalize = opts.normalize
+
+    def error(self, text: str) -> None:
+        self.res.errors.append(text)
+
+
+def _check_record(obj: Any, ctx: _Ctx) -> dict[str, Any] | None:
+    res = ctx.res
+    if not isinstance(obj, dict):
+        ctx.error(f"record is not an object (found {_type(obj)}); each line must be one JSON object")
+        return None
+    raw_messages = obj.get("messages")
+    if raw_messages is None:
+        ctx.error("missing messages[] list")
+        return None
+    if not isinstance(raw_messages, list):
+        ctx.error(f"messages must be a list (found {_type(raw_messages)})")
+        return None
+    count = len(raw_messages)
+    if count < ctx.opts.min_messages:
+        ctx.error(f"missing messages[] with at least {ctx.opts.min_messages} turns (found {count})")
+    messages = [_check_message(msg, i, ctx) for i, msg in enumerate(raw_messages)]
+    res.messages = count
+
+    out: dict[str, Any] | None = dict(obj) if ctx.normalize else None
+
+    if "tools" in obj and obj["tools"] is not None:
+        tools = _check_tools(obj["tools"], ctx)
+        if out is not None:
+            out["tools"] = tools
+    metadata = obj.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        ctx.error(f"metadata must be an object if present (found {_type(metadata)})")
+
+    legacy = _legacy_images(obj, ctx)
+    if legacy:
+        first_user = next((m for m in messages if m is not None and m.get("role") == "user"), None)
+        if first_user is None:
+            ctx.error(f"record-level {legacy[0][0]} field needs a user message to attach the images to")
+        else:
+            parts = [part for _, part in legacy]
+            content = first_user.get("content")
+            if content is None or content == "":
+                first_user["content"] = parts
+            elif isinstance(content, str):
+                first_user["content"] = [*parts, {"type": "text", "text": content}]
+            else:
+                first_user["content"] = [*parts, *content]
+            res.images += len(parts)
+    if out is not None:
+        for name in LEGACY_IMAGE_FIELDS:
+            out.pop(name, None)
+
+    if not res.errors and not any(m.get("role") == "assistant" for m in messages if m is not None):
+        res.warnings.append("no assistant message: the record has nothing to learn from")
+
+    if res.images:
+        opts = ctx.opts
+        if opts.vision is False:
+            ctx.error(f"record has {res.images} image(s) but {opts.model_id} accepts text only")
+        elif opts.max_images_per_message is not None:
+            limit = opts.max_images_per_message
+            for i, msg in enumerate(messages):
+                if msg is None:
+                    continue
+                count_i = _count_images(msg.get("content"))
+                if count_i > limit:
+                    dropped = count_i - limit
+                    res.images_dropped += dropped
+                    res.warnings.append(
+                        f"message {i} has {count_i} images; {opts.model_id} takes at most {limit} per message, "
+                        f"so the first {limit} {'is' if limit == 1 else 'are'} kept and {dropped} dropped"
+                    )
+                    if ctx.normalize:
+                        messages[i], _ = trim_message_images(msg, limit)
+    if out is not None:
+        out["messages"] = messages
+    return out
+
+
+def _check_message(msg: Any, i: int, ctx: _Ctx) -> dict[str, Any] | None:
+    if not isinstance(msg, dict):
+        ctx.error(f"message {i} is not an object (found {_type(msg)})")
+        return None
+    res = ctx.res
+    role = msg.get("role")
+    if not isinstance(role, str) or not role.strip():
+        found = "missing" if role is None else f"found {_show(role)}"
+        ctx.error(f"message {i} has invalid role ({found}; expected one of {', '.join(ROLES)})")
+    elif role not in ROLE_SET:
+        ctx.error(f"message {i} has invalid role {role!r} (expected one of {', '.join(ROLES)})")
+
+    out: dict[str, Any] | None = dict(msg) if ctx.normalize else None
+    content = msg.get("content")
+    if content is None:
+        pass
+    elif isinstance(content, str):
+        res.text_chars += len(content)
+    elif isinstance(content, (list, dict)):
+        parts = _check_parts(content if isinstance(content, list) else [content], i, ctx)
+        if out is not None:
+            out["content"] = parts
+    else:
+        ctx.error(f"message {i} has unsupported content type {_type(content)} (expected a string or a list "
+                  "of content parts)")
+
+    raw_calls = msg.get("tool_calls")
+    if raw_calls is not None:
+        if not isinstance(raw_calls, list):
+            ctx.error(f"message {i} tool_calls must be a list (found {_type(raw_calls)})")
+        else:
+            calls = [_check_tool_call(call, i, j, ctx) for j, call in enumerate(raw_calls)]
+            res.tool_calls += len(raw_calls)
+            if out is not None:
+                out["tool_calls"] = calls
+    call_id = msg.get("tool_call_id")
+    if out is not None and call_id is not None and not isinstance(call_id, str):
+        out["tool_call_id"] = str(call_id)
+    for name in _MESSAGE_STRING_FIELDS:
+        value = msg.get(name)
+        if value is not None and not isinstance(value, str):
+            ctx.error(f"message {i} {name} must be a string if present (found {_type(value)})")
+        elif name == "reasoning" and value:
+            res.text_chars += len(value)
+    # Without normalisation the caller only needs role and content to count images and assistants.
+    return out if out is not None else {"role": role, "content": content if not isinstance(content, dict)
+                                        else [content]}
+
+
+def _check_parts(parts: list[Any], i: int, ctx: _Ctx) -> list[Any]:
+    res = ctx.res
+    out: list[Any] = []
+    for k, part in enumerate(parts):
+        where = f"message {i} content part {k}"
+        if isinstance(part, str):  # a bare string inside a content list is text
+            res.text_chars += len(part)
+            out.append({"type": "text", "text": part})
+            continue
+        if not isinstance(part, dict):
+            ctx.error(f"{where} is not an object (found {_type(part)})")
+            continue
+        ptype = part.get("type")
+        if ptype is None:
+            ptype = "text" if "text" in part else "image_url" if ("image_url" in part or "image" in part) else None
+        if ptype == "text":
+            text = part.get("text")
+            if not isinstance(text, str):
+                ctx.error(f"{where}: a text part needs a string 'text' (found {_type(text)})")
+                continue
+            res.text_chars += len(text)
+            out.append(part if part.get("type") == "text" else {**part, "type": "text"})
+        elif ptype in IMAGE_PART_TYPES:
+            image = part.get("image_url")
+            if image is None and ptype == "image":
+                image = part.get("image")
+            url = image.get("url") if isinstance(image, dict) else image
+            checked = _image(url, where, ctx)
+            if checked is not None:
+                res.images += 1
+                if ctx.normalize:
+                    body = dict(image) if isinstance(image, dict) else {}
+                    body["url"] = checked
+                    out.append({"type": "image_url", "image_url": body})
+        elif ptype is None:
+            ctx.error(f"{where} has no 'type' (expected text or image_url)")
+        else:
+            ctx.error(f"{where} has unsupported type {_show(ptype)} (expected text or image_url)")
+    return out
+
+
+def _image(url: Any, where: str, ctx: _Ctx) -> str | None:
+    """Check one image reference; return the URL to keep, or None after recording an error."""
+    result = check_image_url(url, max_bytes=ctx.opts.max_image_bytes)
+    if result.error is not None:
+        ctx.error(f"{where}: {result.error}")
+        return None
+    if result.warning is not None:
+        ctx.res.warnings.append(f"{where}: {result.warning}")
+    return url
+
+
+def _legacy_images(obj: dict[str, Any], ctx: _Ctx) -> list[tuple[str, dict[str, Any]]]:
+    """Record-level `images` (list), `image` and `image_url` fields as image parts."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for name in LEGACY_IMAGE_FIELDS:
+        value = obj.get(name)
+        if value is None:
+            continue
+        items = value if name == "images" and isinstance(value, list) else [value]
+        if name == "images" and not isinstance(value, list):
+            ctx.error(f"images must be a list of image URLs (found {_type(value)})")
+            continue
+        for k, item in enumerate(items):
+            where = f"{name}[{k}]" if name == "images" else name
+            if isinstance(item, dict):
+                inner = item.get("image_url", item.get("url", item.get("image")))
+                url = inner.get("url") if isinstance(inner, dict) else inner
+            else:
+                url = item
+            checked = _image(url, where, ctx)
+            if checked is not None:
+                found.append((name, {"type": "image_url", "image_url": {"url": checked}}))
+    return found
+
+
+def _check_tool_call(call: Any, i: int, j: int, ctx: _Ctx) -> dict[str, Any] | None:
+    where = f"message {i} tool_call {j}"
+    if not isinstance(call, dict):
+        ctx.error(f"{where} is not an object (found {_type(call)})")
+        return None
+    fn = call.get("function")
+    name: Any = None
+    arguments: Any = None
+    if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+        name, arguments = fn["name"], fn.get("arguments")
+    elif isinstance(call.get("name"), str):
+        name, arguments = call["name"], call.get("arguments")
+    if not isinstance(name, str) or not name.strip():
+        ctx.error(f"{where} missing function name (expected function.name or name)")
+        return None
+    ctx.res.text_chars += len(name)
+    if arguments is None:
+        arguments = {}
+    elif isinstance(arguments, str):
+        ctx.res.text_chars += len(arguments)
+        if arguments.strip():
+            try:
+                arguments = json.loads(arguments)
+            except ValueError as exc:
+                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                ctx.error(f"{where}: arguments string is not valid JSON ({msg})")
+                return None
+        else:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            ctx.error(f"{where}: arguments must decode to a JSON object (found {_type(arguments)})")
+            return None
+    elif not isinstance(arguments, dict):
+        ctx.error(f"{where}: arguments must be an object or a JSON string (found {_type(arguments)})")
+        return None
+    if not ctx.normalize:
+        return None
+    out: dict[str, Any] = {}
+    if call.get("id") is not None:
+        out["id"] = str(call["id"])
+    out["type"] = "function"
+    out["function"] = {"name": name, "arguments": arguments}
+    return out
+
+
+def _check_tools(tools: Any, ctx: _Ctx) -> list[Any]:
+    if not isinstance(tools, list):
+        ctx.error(f"tools must be provided as a list when present (found {_type(tools)})")
+        return []
+    out: list[Any] = []
+    for k, tool in enumerate(tools):
+        where = f"tool {k}"
+        if not isinstance(tool, dict):
+            ctx.error(f"{where} is not an object (found {_type(tool)})")
+            continue
+        spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        name = spec.get("name")
+        if not isinstance(name, str) or not name.strip():
+            ctx.error(f"{where} missing name (expected a non-empty string)")
+            continue
+        description = spec.get("description")
+        if description is not None and not isinstance(description, str):
+            ctx.error(f"{where} description must be a string if present (found {_type(description)})")
+            continue
+        parameters = spec.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            ctx.error(f"{where} parameters must be an object if present (found {_type(parameters)})")
+            continue
+        fn: dict[str, Any] = {"name": name}
+        if description is not None:
+            fn["description"] = description
+        if parameters is not None:
+            fn["parameters"] = parameters
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _count_images(content: Any) -> int:
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for part in content if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES)
+
+
+def trim_message_images(message: dict[str, Any], limit: int) -> tuple[dict[str, Any], int]:
+    """Keep the first `limit` image parts of one message (text parts untouched); return it and the number dropped."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message, 0
+    kept: list[Any] = []
+    seen = dropped = 0
+    for part in content:
+        if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+            seen += 1
+            if seen > limit:
+                dropped += 1
+                continue
+        kept.append(part)
+    if not dropped:
+        return message, 0
+    return {**message, "content": kept}, dropped
+
+
+def trim_images(messages: Sequence[dict[str, Any]], max_per_message: int) -> tuple[list[dict[str, Any]], int]:
+    """Apply `trim_message_images` to every message: what the trainer does with a model's image limit.
+
+    Returns new messages (inputs are not modified) and the total number of image parts dropped.
+    """
+    if max_per_message < 0:
+        raise ValueError("max_per_message must be >= 0")
+    out: list[dict[str, Any]] = []
+    total = 0
+    for message in messages:
+        trimmed, dropped = trim_message_images(message, max_per_message)
+        out.append(trimmed)
+        total += dropped
+    return out, total
+
+
+def _type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) else _type(value)
+    return text if len(text) <= 40 else text[:37] + "..."
