@@ -308,21 +308,21 @@ def main(argv: list[str] | None = None) -> int:
           f"the {small.stat().st_size / 1e6:.0f} MB head)")
     print(f"          --workers 1: best {mb / _best(single):.0f} MB/s, CPU {_best(single, 'cpu_seconds'):.2f} s; "
           f"--sha256: {mb / hashed['seconds']:.0f} MB/s")
-    if baseline is None:
-        print(f"validate: ours {ours_rate:.0f} MB/s, baseline (skipped)")
-    else:
-        base_rate = mb / _best(base)
-        print(f"baseline: synth-ai 0.2.17 validate_sft_jsonl in process, import ({baseline.import_seconds:.1f} s) "
-              f"excluded: best {_best(base):.3f} s = {base_rate:.0f} MB/s (median {mb / _median(base):.0f} MB/s), "
-              f"CPU {_best(base, 'cpu_seconds'):.2f} s; RSS growth while validating "
-              f"{max(r['rss_growth_kb'] for r in base) / 1024:.1f} MiB")
-        print(f"          CPU: baseline {_best(base, 'cpu_seconds'):.2f} s (validation only) vs ours "
-              f"{_best(ours, 'cpu_seconds'):.2f} s (whole process, workers included): "
-              f"ratio {_best(base, 'cpu_seconds') / _best(ours, 'cpu_seconds'):.2f}")
-        print(f"validate: ours {ours_rate:.0f} MB/s, baseline {base_rate:.0f} MB/s, ratio {ours_rate / base_rate:.2f}")
     rel = os.path.relpath(Path(__file__).resolve(), Path.cwd())
     source = f"--file {args.file}" if args.file else f"--size-mb {args.size_mb} --mix {args.mix}"
     print(f"reproduce: python {rel} {source} --runs {args.runs}" + (" --no-baseline" if args.no_baseline else ""))
+    if baseline is None:
+        print(f"validate: ours {ours_rate:.0f} MB/s, baseline (skipped)")
+        return 0
+    base_rate = mb / _best(base)
+    print(f"baseline: synth-ai 0.2.17 validate_sft_jsonl in process, import ({baseline.import_seconds:.1f} s) "
+          f"excluded: best {_best(base):.3f} s = {base_rate:.0f} MB/s (median {mb / _median(base):.0f} MB/s), "
+          f"CPU {_best(base, 'cpu_seconds'):.2f} s; RSS growth while validating "
+          f"{max(r['rss_growth_kb'] for r in base) / 1024:.1f} MiB")
+    print(f"          CPU: baseline {_best(base, 'cpu_seconds'):.2f} s (validation only) vs ours "
+          f"{_best(ours, 'cpu_seconds'):.2f} s (whole process, workers included): "
+          f"ratio {_best(base, 'cpu_seconds') / _best(ours, 'cpu_seconds'):.2f}")
+    print(f"validate: ours {ours_rate:.0f} MB/s, baseline {base_rate:.0f} MB/s, ratio {ours_rate / base_rate:.2f}")
     return 0
 
 
