@@ -509,6 +509,7 @@ def test_fast_and_full_paths_agree_on_every_record(tmp_path):
         {**chat(), "tools": [{"type": "function", "function": {"name": "f"}}], "metadata": {}},
         {"messages": [{"role": "user", "content": "x", "reasoning": "think"},
                       {"role": "assistant", "content": "y", "reasoning": ""}]},
+        chat(image_part(data_url(PNG).replace(";base64", ";name=a=b;base64"))),
         {"messages": [{"role": "user", "content": [{"text": "type last", "type": "text"}]},
                       {"role": "assistant", "content": [], "tool_calls": None}], "tools": [], "metadata": None,
          "images": None},
@@ -521,6 +522,8 @@ def test_fast_and_full_paths_agree_on_every_record(tmp_path):
         {**chat(), "tools": [{"name": "f", "parameters": 1}]},
         {"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]},
         {"image": data_url(), **chat()},
+        chat(image_part(data_url(PNG)[:60] + "=" + data_url(PNG)[61:])),
+        chat(image_part(data_url(PNG).replace("image/png", "image\\/png"))),
     ]
     lines = [json.dumps(r) for r in valid + unusual]
     lines.append('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": NaN}]}')

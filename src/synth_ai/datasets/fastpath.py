@@ -73,35 +73,35 @@ _DECODE_ERRORS = (msgspec.MsgspecError, ValueError)  # ValueError: invalid UTF-8
 # no lone surrogates), which is fine here: what it refuses goes to the full rules.
 _decode_arguments = msgspec.json.Decoder(dict).decode
 
-_B64 = B64_ALPHABET + b"="
+_PADDING = (b'"', b'="', b'=="')  # what a padded payload and the closing quote leave after `translate`
 _MAGIC = {
     "png": (b"\x89PNG\r\n\x1a\n",),
     "jpeg": (b"\xff\xd8\xff",),
     "gif": (b"GIF87a", b"GIF89a"),
 }
-_headers: dict[bytes, tuple[str, bytes] | None] = {}  # b'"data:...,' -> (declared format, expected residue)
+_headers: dict[bytes, tuple[str, bytes] | None] = {}  # b'"data:...,' -> (declared format, its residue)
 
 
 def _header(prefix: bytes) -> tuple[str, bytes] | None:
-    """For the opening `"data:<header>,` of a data URL: its declared format when usable as-is, and the bytes
-    that `translate(None, _B64)` leaves of the whole literal when the payload is pure base64."""
+    """For the opening `"data:<header>,` of a data URL: the format it declares when the full rules would accept
+    it as-is, and what `translate(None, B64_ALPHABET)` leaves of it."""
     known = _headers.get(prefix, False)
     if known is False:
         mime, is_base64 = parse_data_url_header(prefix[1:-1].decode("latin-1"))
         fmt = MIME_FORMATS.get(mime[6:]) if is_base64 and mime.startswith("image/") else None
-        known = (fmt, prefix.translate(None, _B64) + b'"') if fmt is not None else None
+        known = (fmt, prefix.translate(None, B64_ALPHABET)) if fmt is not None else None
         if len(_headers) < 1024:
             _headers[prefix] = known
     return known
 
 
 def _image_ok(raw: bytes, max_bytes: int) -> bool:
-    """Mirror of `images.check_image_url` on a URL's JSON literal that only answers "valid, no warning"."""
-    if raw[:1] != b'"' or raw.find(b"\\") >= 0:  # not a string, or escapes: let the full rules decide
-        return False
+    """Mirror of `images.check_image_url` on a URL's JSON text (quotes included) that only answers "valid, no
+    warning". For a data URL, one `translate` pass over the whole literal must leave exactly the header's own
+    leftovers, the padding and the closing quote: that rules out escapes, stray characters and inner `=`."""
     if not raw.startswith(b'"data:'):
-        if not raw.startswith((b'"https://', b'"http://')):
-            return False
+        if not raw.startswith((b'"https://', b'"http://')) or raw.find(b"\\") >= 0:
+            return False  # not a string, another scheme, or escapes: let the full rules decide
         try:
             url = raw[1:-1].decode("utf-8")
         except UnicodeDecodeError:
@@ -113,13 +113,13 @@ def _image_ok(raw: bytes, max_bytes: int) -> bool:
     known = _header(raw[:comma + 1])
     if known is None:
         return False
-    fmt, residue = known
-    end = len(raw) - 1
+    fmt, leftovers = known
+    end = len(raw) - 1  # the closing quote
     size = end - comma - 1
-    if size == 0 or size % 4 or raw.translate(None, _B64) != residue:
+    if size == 0 or size % 4:
         return False
     pad = 2 if raw[end - 2:end] == b"==" else 1 if raw[end - 1] == 61 else 0
-    if raw.find(b"=", comma + 1, end - pad) >= 0 or size // 4 * 3 - pad > max_bytes:
+    if raw.translate(None, B64_ALPHABET) != leftovers + _PADDING[pad] or size // 4 * 3 - pad > max_bytes:
         return False
     head = a2b_base64(raw[comma + 1:comma + 17])
     if fmt == "webp":
