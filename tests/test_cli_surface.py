@@ -121,3 +121,14 @@ def test_planted_secret_is_redacted_from_output(monkeypatch: pytest.MonkeyPatch)
     assert secret not in result.stdout + result.stderr
     upload = result.json()["requests"][0]
     assert upload["headers"]["Authorization"] == "Bearer sk_l…90"
+
+
+def test_task_app_group_has_the_reference_subcommands() -> None:
+    """synth-ai 0.2.17's `task-app` group: deploy, info, list, modal-serve, serve, validate."""
+    from synth_ai.cli.app import build_command
+
+    group = build_command().commands["task-app"]
+    assert {"deploy", "info", "list", "modal-serve", "serve", "validate"} <= set(group.commands)
+    dry = run_cli("task-app", "deploy", "math-single-step", "--dry-run", "--name", "surface-check")
+    assert dry.exit_code == 0, dry.stdout + dry.stderr
+    assert "modal deploy" in dry.stdout and "--name surface-check" in dry.stdout

@@ -47,7 +47,8 @@ def _serve_command(group: typer.Typer, name: str) -> None:
 def register(app: typer.Typer) -> None:
     _serve_command(app, "serve")
 
-    group = typer.Typer(help="Task apps: serve, list, validate, and query their task info.", no_args_is_help=True)
+    group = typer.Typer(help="Task apps: serve, deploy, list, validate, and query their task info.",
+                        no_args_is_help=True)
     _serve_command(group, "serve")
 
     @group.command("list")
@@ -128,6 +129,10 @@ def register(app: typer.Typer) -> None:
             raise _check_error(result)
         out.result(result.data, lambda o: o.info(json.dumps(result.data, indent=2, sort_keys=True)))
 
+    # The reference's `task-app` group also carries `deploy` and `modal-serve`: the same commands as the top level.
+    from synth_ai.cli import deploy_cmd
+
+    deploy_cmd.register(group)
     app.add_typer(group, name="task-app")
 
 
