@@ -4,4 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# The compatibility tests drive synth-ai 0.2.17 itself, installed from PyPI into bench/.cache/ref-venv (about
+# 3 minutes the first time, then reused). SYNTH_SKIP_REFERENCE=1 skips building it; those tests then skip.
+if [ "${SYNTH_SKIP_REFERENCE:-0}" != "1" ]; then
+  .venv/bin/python bench/reference_env.py >/dev/null \
+    || echo "test.sh: could not build the synth-ai 0.2.17 reference venv; its compatibility tests will skip" >&2
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -321,3 +321,28 @@ def test_keys_saved_by_setup_are_found_without_a_dotenv(backend: BackendProcess,
     monkeypatch.delenv("SYNTH_API_KEY", raising=False)
     result = _train(backend, "--no-poll", "--idempotency", "saved-key-run")
     assert result.exit_code == 0, result.stdout + result.stderr
+
+
+def test_files_list_and_get_show_uploads(backend: BackendProcess, key_env: str, tmp_path: Path) -> None:
+    import hashlib
+
+    result = _train(backend, "--no-poll", "--idempotency", "files-listing")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    listed = run_cli("--json", "files", "list", "--backend", backend.url)
+    assert listed.exit_code == 0, listed.stdout + listed.stderr
+    digest = hashlib.sha256(DATASET.read_bytes()).hexdigest()
+    mine = [f for f in listed.json()["data"] if f.get("sha256") == digest]
+    assert mine, "the uploaded dataset is listed with its sha256"
+    got = run_cli("--json", "files", "get", mine[0]["id"], "--backend", backend.url)
+    assert got.exit_code == 0 and got.json()["status"] == "ready"
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": []}\n')
+    with backend.client() as client, bad.open("rb") as handle:
+        uploaded = client.post("/files", files={"file": ("bad.jsonl", handle, "application/jsonl")},
+                               data={"purpose": "fine-tune"}).json()
+    shown = run_cli("files", "get", uploaded["id"], "--backend", backend.url)
+    assert shown.exit_code == 0
+    assert "invalid" in shown.stdout and "Line 1" in shown.stdout
+    missing = run_cli("files", "get", "file_does_not_exist", "--backend", backend.url)
+    assert missing.exit_code == 8

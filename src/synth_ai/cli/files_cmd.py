@@ -1,7 +1,7 @@
 """`synth-ai files ...`: datasets and uploaded files.
 
-For now the group has `validate` (local, no backend needed). Each subcommand is one `_add_*` function taking the
-group; to add `files list|get`, write another and name it in `SUBCOMMANDS`.
+`validate` checks a JSONL locally (no backend needed); `list` and `get` show files uploaded to a backend. Each
+subcommand is one `_add_*` function taking the group, named in `SUBCOMMANDS`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from synth_ai.cli.app import json_option, output_of
+from synth_ai.cli.remote import backend_option, connect
 
 
 def _add_validate(group: typer.Typer) -> None:
@@ -66,12 +67,62 @@ def _add_validate(group: typer.Typer) -> None:
             raise typer.Exit(code=int(ExitCode.INVALID_INPUT))
 
 
-SUBCOMMANDS = (_add_validate,)
+def _add_list(group: typer.Typer) -> None:
+    @group.command("list")
+    def list_files(
+        ctx: typer.Context,
+        purpose: str = typer.Option(None, "--purpose", help="Only files uploaded for this purpose (fine-tune)."),
+        limit: int = typer.Option(100, "--limit", min=1, max=1000, help="At most this many files."),
+        backend: str = backend_option(),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """List the files uploaded to the backend, newest first."""
+        out = output_of(ctx, json_flag)
+        api = connect(out, backend)
+        with api.transport:
+            doc = api.files.list(purpose=purpose, limit=limit)
+        rows = doc.get("data", doc.get("files", [])) if isinstance(doc, dict) else doc
+
+        def human(o) -> None:
+            o.table(["id", "filename", "bytes", "status", "purpose", "created_at"],
+                    [[f.get("id"), f.get("filename"), f.get("bytes"), f.get("status"), f.get("purpose"),
+                      f.get("created_at")] for f in rows])
+
+        out.result(doc, human)
+
+
+def _add_get(group: typer.Typer) -> None:
+    @group.command("get")
+    def get_file(
+        ctx: typer.Context,
+        file_id: str = typer.Argument(..., help="File id (from the upload or `files list`)."),
+        backend: str = backend_option(),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Show one uploaded file: size, sha256, status, and its line errors when invalid."""
+        out = output_of(ctx, json_flag)
+        api = connect(out, backend)
+        with api.transport:
+            doc = api.files.get(file_id)
+
+        def human(o) -> None:
+            o.table(["field", "value"], [[k, v] for k, v in doc.items() if k != "errors"])
+            for error in doc.get("errors") or []:
+                if isinstance(error, dict):
+                    where = f"Line {error['line']}: " if error.get("line") else ""
+                    o.info(f"  - {where}{error.get('message', '')}")
+                else:
+                    o.info(f"  - {error}")
+
+        out.result(doc, human)
+
+
+SUBCOMMANDS = (_add_validate, _add_list, _add_get)
 
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
-        help="Datasets and uploaded files: check an SFT JSONL locally before training.",
+        help="Datasets and uploaded files: check an SFT JSONL locally, list and inspect uploads.",
         no_args_is_help=True,
     )
     for add in SUBCOMMANDS:

@@ -7,6 +7,7 @@ from enum import Enum
 import typer
 
 from synth_ai.cli.app import json_option, output_of
+from synth_ai.cli.remote import backend_option, connect
 
 
 class JobKind(str, Enum):
@@ -14,21 +15,8 @@ class JobKind(str, Enum):
     rl = "rl"
 
 
-def _backend_option() -> str:
-    return typer.Option(None, "--backend", help="Backend base URL (default: BACKEND_BASE_URL, else the embedded "
-                        "backend).")
-
-
 def _kind_option() -> JobKind:
     return typer.Option(JobKind.sft, "--kind", help="Job family: sft (/learning/jobs) or rl (/rl/jobs).")
-
-
-def _connect(out, backend: str | None):
-    from synth_ai.client.connect import open_api
-    from synth_ai.env.backend_url import resolve_backend
-
-    api, _ = open_api(resolve_backend(backend), say=out.info, autostart=False)
-    return api
 
 
 def register(app: typer.Typer) -> None:
@@ -41,12 +29,12 @@ def register(app: typer.Typer) -> None:
         type_: str = typer.Option(None, "--type", help="Job type, e.g. sft_offline."),
         limit: int = typer.Option(50, "--limit", min=1, max=1000, help="At most this many jobs."),
         kind: JobKind = _kind_option(),
-        backend: str = _backend_option(),
+        backend: str = backend_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """List jobs, newest first."""
         out = output_of(ctx, json_flag)
-        api = _connect(out, backend)
+        api = connect(out, backend)
         with api.transport:
             jobs = api.sft if kind is JobKind.sft else api.rl
             doc = jobs.list(status=status, type_=type_, limit=limit)
@@ -64,12 +52,12 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         job_id: str = typer.Argument(..., help="Job id."),
         kind: JobKind = _kind_option(),
-        backend: str = _backend_option(),
+        backend: str = backend_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Show one job (status, model, fine_tuned_model, timestamps)."""
         out = output_of(ctx, json_flag)
-        api = _connect(out, backend)
+        api = connect(out, backend)
         with api.transport:
             job = (api.sft if kind is JobKind.sft else api.rl).get(job_id)
         out.result(job)
@@ -85,14 +73,14 @@ def register(app: typer.Typer) -> None:
         poll_timeout: float = typer.Option(3600.0, "--poll-timeout", min=0.1, help="Give up following after this."),
         stream_format: str = typer.Option("cli", "--stream-format", help="cli or chart (with --follow)."),
         kind: JobKind = _kind_option(),
-        backend: str = _backend_option(),
+        backend: str = backend_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Print a job's events (and, with --follow, its metrics until it ends)."""
         from synth_ai.cli.follow_view import follow_and_report
 
         out = output_of(ctx, json_flag)
-        api = _connect(out, backend)
+        api = connect(out, backend)
         with api.transport:
             jobs = api.sft if kind is JobKind.sft else api.rl
             if follow:
@@ -115,12 +103,12 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Option(None, "--name", help="Only this metric, e.g. train.loss."),
         after_step: int = typer.Option(-1, "--after-step", min=-1, help="Only points after this step."),
         kind: JobKind = _kind_option(),
-        backend: str = _backend_option(),
+        backend: str = backend_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Print a job's metric points (train.loss, val.loss, learning_rate, ...)."""
         out = output_of(ctx, json_flag)
-        api = _connect(out, backend)
+        api = connect(out, backend)
         with api.transport:
             jobs = api.sft if kind is JobKind.sft else api.rl
             points: list[dict] = []
@@ -145,12 +133,12 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         job_id: str = typer.Argument(..., help="Job id."),
         kind: JobKind = _kind_option(),
-        backend: str = _backend_option(),
+        backend: str = backend_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Cancel a queued or running job."""
         out = output_of(ctx, json_flag)
-        api = _connect(out, backend)
+        api = connect(out, backend)
         with api.transport:
             doc = (api.sft if kind is JobKind.sft else api.rl).cancel(job_id)
         out.result(doc, lambda o: o.info(f"Job {job_id}: {doc.get('status', 'cancel requested') if isinstance(doc, dict) else doc}"))
