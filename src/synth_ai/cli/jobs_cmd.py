@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 
 import typer
@@ -19,6 +21,14 @@ def _kind_option() -> JobKind:
     return typer.Option(JobKind.sft, "--kind", help="Job family: sft (/learning/jobs) or rl (/rl/jobs).")
 
 
+@contextmanager
+def _jobs_of(out, backend: str | None, kind: JobKind) -> Iterator:
+    """The job family to talk to, on an open connection closed afterwards."""
+    api = connect(out, backend)
+    with api.transport:
+        yield api.sft if kind is JobKind.sft else api.rl
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Training jobs: list, inspect, follow and cancel.", no_args_is_help=True)
 
@@ -34,9 +44,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List jobs, newest first."""
         out = output_of(ctx, json_flag)
-        api = connect(out, backend)
-        with api.transport:
-            jobs = api.sft if kind is JobKind.sft else api.rl
+        with _jobs_of(out, backend, kind) as jobs:
             doc = jobs.list(status=status, type_=type_, limit=limit)
         rows = doc.get("jobs", doc.get("data", [])) if isinstance(doc, dict) else doc
 
@@ -57,9 +65,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show one job (status, model, fine_tuned_model, timestamps)."""
         out = output_of(ctx, json_flag)
-        api = connect(out, backend)
-        with api.transport:
-            job = (api.sft if kind is JobKind.sft else api.rl).get(job_id)
+        with _jobs_of(out, backend, kind) as jobs:
+            job = jobs.get(job_id)
         out.result(job)
 
     @group.command("events")
@@ -80,9 +87,7 @@ def register(app: typer.Typer) -> None:
         from synth_ai.cli.follow_view import follow_and_report
 
         out = output_of(ctx, json_flag)
-        api = connect(out, backend)
-        with api.transport:
-            jobs = api.sft if kind is JobKind.sft else api.rl
+        with _jobs_of(out, backend, kind) as jobs:
             if follow:
                 follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
                                   stream_format=stream_format)
@@ -108,9 +113,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print a job's metric points (train.loss, val.loss, learning_rate, ...)."""
         out = output_of(ctx, json_flag)
-        api = connect(out, backend)
-        with api.transport:
-            jobs = api.sft if kind is JobKind.sft else api.rl
+        with _jobs_of(out, backend, kind) as jobs:
             points: list[dict] = []
             while True:  # page by step: the API returns at most `limit` points per call
                 page = jobs.metrics(job_id, after_step=after_step, limit=1000)
@@ -138,9 +141,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Cancel a queued or running job."""
         out = output_of(ctx, json_flag)
-        api = connect(out, backend)
-        with api.transport:
-            doc = (api.sft if kind is JobKind.sft else api.rl).cancel(job_id)
-        out.result(doc, lambda o: o.info(f"Job {job_id}: {doc.get('status', 'cancel requested') if isinstance(doc, dict) else doc}"))
+        with _jobs_of(out, backend, kind) as jobs:
+            doc = jobs.cancel(job_id)
+        status = doc.get("status", "cancel requested") if isinstance(doc, dict) else doc
+        out.result(doc, lambda o: o.info(f"Job {job_id}: {status}"))
 
     app.add_typer(group, name="jobs")
