@@ -132,3 +132,33 @@ def test_task_app_group_has_the_reference_subcommands() -> None:
     dry = run_cli("task-app", "deploy", "math-single-step", "--dry-run", "--name", "surface-check")
     assert dry.exit_code == 0, dry.stdout + dry.stderr
     assert "modal deploy" in dry.stdout and "--name surface-check" in dry.stdout
+
+
+def test_each_command_module_registers_exactly_its_listed_commands() -> None:
+    """`synth-ai <command>` builds only the module listed as owning it, so the list must be right."""
+    import importlib
+
+    import typer
+
+    from synth_ai.cli.app import COMMAND_MODULES, build_command
+
+    for module, names in COMMAND_MODULES.items():
+        app = typer.Typer()
+
+        @app.callback()
+        def root() -> None:  # keeps the app a group even with one command
+            pass
+
+        importlib.import_module(module).register(app)
+        assert set(typer.main.get_command(app).commands) == set(names), module
+    assert set(build_command().commands) == {n for names in COMMAND_MODULES.values() for n in names}
+
+
+def test_a_command_run_builds_only_its_module() -> None:
+    from synth_ai.cli.app import build_command
+
+    assert set(build_command(["--json", "files", "validate", "x.jsonl"]).commands) == {"files"}
+    assert set(build_command(["serve", "--help"]).commands) == {"serve", "task-app"}
+    assert len(build_command(["--help"]).commands) > 5
+    unknown = run_cli("no-such-command")
+    assert unknown.exit_code == 2 and "No such command" in unknown.stderr

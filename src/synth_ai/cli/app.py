@@ -13,18 +13,28 @@ import typer
 from synth_ai import COMPATIBLE_WITH, __version__
 from synth_ai.cli.output import Output
 
-# Each module defines `register(app)`. Add a line here to add a command.
-COMMAND_MODULES: tuple[str, ...] = (
-    "synth_ai.cli.setup_cmd",
-    "synth_ai.cli.train",
-    "synth_ai.cli.jobs_cmd",
-    "synth_ai.cli.config_cmd",
-    "synth_ai.cli.models_cmd",
-    "synth_ai.cli.taskapp_cmd",
-    "synth_ai.cli.deploy_cmd",
-    "synth_ai.cli.files_cmd",
-    "synth_ai.cli.backend_cmd",
-)
+# Each module defines `register(app)` and adds exactly the top-level commands listed with it (a test checks).
+# Add an entry here to add commands. The order is the order of `synth-ai --help`.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "synth_ai.cli.setup_cmd": ("setup",),
+    "synth_ai.cli.train": ("train",),
+    "synth_ai.cli.jobs_cmd": ("jobs",),
+    "synth_ai.cli.config_cmd": ("config",),
+    "synth_ai.cli.models_cmd": ("models",),
+    "synth_ai.cli.taskapp_cmd": ("serve", "task-app"),
+    "synth_ai.cli.deploy_cmd": ("deploy", "modal-serve"),
+    "synth_ai.cli.files_cmd": ("files",),
+    "synth_ai.cli.backend_cmd": ("backend",),
+}
+
+
+def modules_for(args: list[str] | None) -> list[str]:
+    """The command modules a run needs: only the one owning the invoked command (each command module costs
+    start-up time), or all of them for the root help and for an unknown command (whose error lists them all)."""
+    name = next((a for a in args or [] if not a.startswith("-")), None)
+    owners = [module for module, names in COMMAND_MODULES.items() if name in names]
+    return owners or list(COMMAND_MODULES)
+
 
 HELP = (
     "Train LLM agents with SFT and RL (GSPO) on Qwen3 and Qwen3-VL. "
@@ -38,7 +48,8 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-def build_app() -> typer.Typer:
+def build_app(args: list[str] | None = None) -> typer.Typer:
+    """The app with the commands `args` needs (all of them when `args` is None)."""
     app = typer.Typer(
         name="synth-ai",
         help=HELP,
@@ -64,14 +75,14 @@ def build_app() -> typer.Typer:
             output.json_mode = True
         ctx.obj = output
 
-    for module_name in COMMAND_MODULES:
+    for module_name in modules_for(args) if args is not None else COMMAND_MODULES:
         importlib.import_module(module_name).register(app)
     return app
 
 
-def build_command():
-    """The click command behind the app (what `main` runs and what the docs generator walks)."""
-    return typer.main.get_command(build_app())
+def build_command(args: list[str] | None = None):
+    """The click command behind the app: for `args` only, or whole (what the docs generator walks)."""
+    return typer.main.get_command(build_app(args))
 
 
 def json_option() -> bool:

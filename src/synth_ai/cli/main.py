@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     output = Output(json_mode=_wants_json(args))
-    command = build_command()
+    command = build_command(args)
     try:
         result = command.main(args=args, prog_name="synth-ai", standalone_mode=False, obj=output)
         return int(result) if isinstance(result, int) else 0
