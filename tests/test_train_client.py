@@ -346,3 +346,26 @@ def test_files_list_and_get_show_uploads(backend: BackendProcess, key_env: str, 
     assert "invalid" in shown.stdout and "Line 1" in shown.stdout
     missing = run_cli("files", "get", "file_does_not_exist", "--backend", backend.url)
     assert missing.exit_code == 8
+
+
+def test_train_starts_the_embedded_backend_when_none_answers(tmp_path_factory: pytest.TempPathFactory,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """No backend configured and none running: `train` starts the embedded one in the background and says so."""
+    from synth_ai.env.paths import data_dir
+
+    port = free_port()
+    monkeypatch.setenv("SYNTH_AI_BACKEND_PORT", str(port))
+    link_tiny(data_dir(), build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
+    try:
+        result = run_cli("train", "--config", str(CONFIG), "--dataset", str(DATASET), "--poll-interval", "0.2")
+        assert result.exit_code == 0, result.stdout + result.stderr
+        assert f"starting the embedded backend on 127.0.0.1:{port}" in result.stdout
+        assert f"Backend: http://127.0.0.1:{port}/api (embedded default)" in result.stdout
+        assert "Final status: succeeded" in result.stdout
+        status = run_cli("--json", "backend", "status")
+        assert status.json()["running"] is True and status.json()["port"] == port
+        again = run_cli("--json", "jobs", "list")
+        assert again.exit_code == 0 and len(again.json()["data"]) == 1, "read-only commands find it too"
+    finally:
+        stopped = run_cli("backend", "stop")
+    assert stopped.exit_code == 0

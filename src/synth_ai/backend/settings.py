@@ -19,10 +19,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from synth_ai.env.backend_url import DEFAULT_EMBEDDED_PORT
 from synth_ai.errors import InvalidInputError
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024**3  # 20 GiB
 DEFAULT_SYNC_VALIDATE_BYTES = 64 * 1024**2  # files up to this size are validated before the upload answers
 
@@ -68,7 +68,7 @@ def _env_bool(name: str, default: bool) -> bool:
 class BackendSettings:
     data_dir: Path
     host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
+    port: int = DEFAULT_EMBEDDED_PORT
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     sync_validate_bytes: int = DEFAULT_SYNC_VALIDATE_BYTES
     max_concurrent_jobs: int = 1
@@ -79,12 +79,13 @@ class BackendSettings:
 
     @classmethod
     def load(cls, *, data_dir: Path | None = None, host: str | None = None, port: int | None = None) -> BackendSettings:
+        from synth_ai.env.backend_url import embedded_port
         from synth_ai.env.paths import data_dir as default_data_dir
 
         return cls(
             data_dir=Path(data_dir) if data_dir is not None else default_data_dir(),
             host=host or DEFAULT_HOST,
-            port=DEFAULT_PORT if port is None else port,
+            port=embedded_port() if port is None else port,
             max_upload_bytes=_env_int(ENV_VARS["max_upload_bytes"][0], DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
             sync_validate_bytes=_env_int(ENV_VARS["sync_validate_bytes"][0], DEFAULT_SYNC_VALIDATE_BYTES),
             max_concurrent_jobs=_env_int(ENV_VARS["max_concurrent_jobs"][0], 1, minimum=1),

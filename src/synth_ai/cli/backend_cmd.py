@@ -7,7 +7,7 @@ import typer
 from synth_ai.cli.app import json_option, output_of
 
 HOST_HELP = "Interface to bind. 127.0.0.1 (default) keeps the backend private to this machine."
-PORT_HELP = "Port to listen on."
+PORT_HELP = "Port to listen on (default: $SYNTH_AI_BACKEND_PORT, else 8000)."
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
     def serve_cmd(
         ctx: typer.Context,
         host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
-        port: int = typer.Option(8000, "--port", min=1, max=65535, help=PORT_HELP),
+        port: int = typer.Option(None, "--port", min=1, max=65535, help=PORT_HELP),
         log_level: str = typer.Option("info", "--log-level", help="uvicorn log level: debug, info, warning, error."),
     ) -> None:
         """Run the backend in the foreground until Ctrl-C."""
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
     def start_cmd(
         ctx: typer.Context,
         host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
-        port: int = typer.Option(8000, "--port", min=1, max=65535, help=PORT_HELP),
+        port: int = typer.Option(None, "--port", min=1, max=65535, help=PORT_HELP),
         timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for it to answer."),
         json_flag: bool = json_option(),
     ) -> None:

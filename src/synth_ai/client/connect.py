@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from synth_ai.client.resources import SynthAPI
 from synth_ai.client.transport import Transport
-from synth_ai.env.backend_url import EMBEDDED_HOST, EMBEDDED_PORT, BackendTarget, ensure_api_base
+from synth_ai.env.backend_url import EMBEDDED_HOST, BackendTarget, embedded_port, ensure_api_base
 from synth_ai.env.dotenv_files import get_env
 from synth_ai.errors import AuthError
 
@@ -40,9 +40,10 @@ def locate_embedded(backend: BackendTarget, say: Callable[[str], None], *, autos
         return BackendTarget(found["api_base"], backend.source, True)
     if not autostart:
         return backend
-    say(f"No backend answers; starting the embedded backend on {EMBEDDED_HOST}:{EMBEDDED_PORT} "
+    port = embedded_port()
+    say(f"No backend answers; starting the embedded backend on {EMBEDDED_HOST}:{port} "
         "(stop it with `synth-ai backend stop`).")
-    state = daemon.start(BackendSettings.load(host=EMBEDDED_HOST, port=EMBEDDED_PORT))
+    state = daemon.start(BackendSettings.load(host=EMBEDDED_HOST, port=port))
     return BackendTarget(state.get("api_base") or ensure_api_base(str(state["url"])), backend.source, True)
 
 

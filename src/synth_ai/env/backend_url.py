@@ -14,10 +14,23 @@ from dataclasses import dataclass
 from synth_ai.errors import InvalidInputError
 
 EMBEDDED_HOST = "127.0.0.1"
-EMBEDDED_PORT = 8000
-EMBEDDED_URL = f"http://{EMBEDDED_HOST}:{EMBEDDED_PORT}"
+DEFAULT_EMBEDDED_PORT = 8000
+PORT_ENV = "SYNTH_AI_BACKEND_PORT"  # moves the embedded backend (serve/start default, and where clients look)
 HOSTED_PROD_URL = "https://agent-learning.onrender.com"
-_OVERRIDE_DEFAULTS = {"local": EMBEDDED_URL, "dev": None, "prod": HOSTED_PROD_URL}
+
+
+def embedded_port(environ: Mapping[str, str] | None = None) -> int:
+    env = os.environ if environ is None else environ
+    raw = env.get(PORT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_EMBEDDED_PORT
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise InvalidInputError(f"{PORT_ENV}={raw!r} is not a port number.", hint=f"Set {PORT_ENV} to 1-65535.")
+    return int(raw)
+
+
+def embedded_url(environ: Mapping[str, str] | None = None) -> str:
+    return f"http://{EMBEDDED_HOST}:{embedded_port(environ)}"
 
 
 @dataclass(frozen=True)
@@ -40,26 +53,27 @@ def resolve_backend(flag: str | None = None, environ: Mapping[str, str] | None =
     env = os.environ if environ is None else environ
     if flag and flag.strip():
         api = ensure_api_base(flag)
-        return BackendTarget(api, "--backend", _is_embedded(api))
+        return BackendTarget(api, "--backend", _is_embedded(api, env))
     if env.get("BACKEND_BASE_URL", "").strip():
         api = ensure_api_base(env["BACKEND_BASE_URL"])
-        return BackendTarget(api, "BACKEND_BASE_URL", _is_embedded(api))
+        return BackendTarget(api, "BACKEND_BASE_URL", _is_embedded(api, env))
     for name in ("SYNTH_BACKEND_URL_OVERRIDE", "BACKEND_OVERRIDE"):
         choice = env.get(name, "").strip().lower()
         if not choice:
             continue
-        if choice not in _OVERRIDE_DEFAULTS:
+        if choice not in {"local", "dev", "prod"}:
             raise InvalidInputError(f"{name}={choice!r} is not one of local, dev, prod.",
                                     hint=f"Set {name} to local, dev or prod, or use --backend URL.")
-        url = env.get(f"{choice.upper()}_BACKEND_URL", "").strip() or _OVERRIDE_DEFAULTS[choice]
+        defaults = {"local": embedded_url(env), "dev": None, "prod": HOSTED_PROD_URL}
+        url = env.get(f"{choice.upper()}_BACKEND_URL", "").strip() or defaults[choice]
         if not url:
             raise InvalidInputError(f"{name}={choice} needs {choice.upper()}_BACKEND_URL to be set.",
                                     hint=f"Export {choice.upper()}_BACKEND_URL=https://... or use --backend URL.")
         api = ensure_api_base(url)
-        return BackendTarget(api, f"{name}={choice}", _is_embedded(api))
-    return BackendTarget(ensure_api_base(EMBEDDED_URL), "embedded default", True)
+        return BackendTarget(api, f"{name}={choice}", _is_embedded(api, env))
+    return BackendTarget(ensure_api_base(embedded_url(env)), "embedded default", True)
 
 
-def _is_embedded(api_base: str) -> bool:
-    return api_base == ensure_api_base(EMBEDDED_URL) or api_base.startswith(
-        (f"http://localhost:{EMBEDDED_PORT}/", f"http://{EMBEDDED_HOST}:{EMBEDDED_PORT}/"))
+def _is_embedded(api_base: str, env: Mapping[str, str]) -> bool:
+    port = embedded_port(env)
+    return api_base.startswith((f"http://localhost:{port}/", f"http://{EMBEDDED_HOST}:{port}/"))
