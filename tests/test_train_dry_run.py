@@ -265,6 +265,15 @@ def test_env_file_missing_exits_8(examples: Path):
     assert "Env file not found" in result.stderr and "nope.env" in result.stderr
 
 
+def test_env_file_that_is_not_utf8_is_invalid_input_not_a_crash(examples: Path, tmp_path: Path):
+    env = tmp_path / "latin1.env"
+    env.write_bytes(b"TASK_APP_URL=http://caf\xe9:1\n")
+    result = _dry("--config", "examples/configs/rl_text_qwen3_4b.toml", "--env-file", str(env))
+    assert result.exit_code == 3, result.stdout
+    error = result.json()["error"]
+    assert error["code"] == "invalid_input" and str(env) in error["message"] and "UTF-8" in error["message"]
+
+
 def test_env_file_provides_task_url_and_keys(examples: Path, tmp_path: Path):
     env = tmp_path / "secrets.env"
     env.write_text(f"TASK_APP_URL=http://from-env-file:7/\nSYNTH_API_KEY={SYNTH_KEY}\nENVIRONMENT_API_KEY={ENV_KEY}\n")

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 
-from synth_ai.errors import NotFoundError
+from synth_ai.errors import InvalidInputError, NotFoundError
 
 # Alternative names accepted for a variable, checked in order after the name itself.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -30,9 +30,18 @@ def find_nearest_env(start: Path | None = None) -> Path | None:
 
 
 def read_env_file(path: Path) -> dict[str, str]:
+    """The values a `.env` file sets; a file that is not UTF-8 text or cannot be read is an input error."""
     from dotenv import dotenv_values
 
-    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+    try:
+        values = dotenv_values(path, encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{path} is not UTF-8 text; cannot read it as a .env file.",
+                                hint="Fix the file's encoding, or pass another file with --env-file.") from None
+    except OSError as exc:
+        raise InvalidInputError(f"Cannot read {path}: {exc.strerror or exc}.",
+                                hint="Check its permissions, or pass another file with --env-file.") from None
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def load_env_files(paths: Iterable[str | Path], environ: MutableMapping[str, str] | None = None) -> list[Path]:
