@@ -160,6 +160,8 @@ class _Faults(httpx.BaseTransport):
                     return httpx.Response(429, headers={"Retry-After": "0"}, json={"detail": "slow down"})
                 if fault == "503":
                     return httpx.Response(503, json={"detail": "busy"})
+                if fault == "503-unparseable-retry-after":
+                    return httpx.Response(503, headers={"Retry-After": "soon"}, json={"detail": "busy"})
                 if fault == "reset":
                     raise httpx.ConnectError("connection reset by peer", request=request)
                 if fault == "timeout-after-commit":
@@ -169,7 +171,7 @@ class _Faults(httpx.BaseTransport):
         return self.real.handle_request(request)
 
 
-@pytest.mark.parametrize("fault", ["429", "503", "reset", "timeout-after-commit"])
+@pytest.mark.parametrize("fault", ["429", "503", "503-unparseable-retry-after", "reset", "timeout-after-commit"])
 def test_job_created_exactly_once_despite_transport_faults(backend: BackendProcess, key_env: str,
                                                             monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
     import synth_ai.client.transport as transport

@@ -180,10 +180,12 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     try:
         return max(0.0, float(raw))
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(raw) if raw else None
-        if parsed is None:
-            return None
-        return max(0.0, parsed.timestamp() - time.time())
+        pass
+    try:
+        parsed = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):  # neither seconds nor a date: ignore it and back off as usual
+        return None
+    return max(0.0, parsed.timestamp() - time.time())
 
 
 def decode_json(response: httpx.Response, url: str) -> Any:
