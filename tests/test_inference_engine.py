@@ -287,3 +287,21 @@ def test_models_stay_loaded_in_a_bounded_cache(engine: Any, fine_tuned: dict[str
     listing = engine.list_models()
     ids = {m["id"] for m in listing["data"]}
     assert listing["object"] == "list" and {TEXT, VL, fine_tuned["full"], fine_tuned["lora"]} <= ids
+
+
+def test_an_image_declaring_a_huge_size_is_a_bad_request() -> None:
+    import base64
+    import struct
+    import zlib
+
+    from synth_ai.backend.ml.images import load_image
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)  # 10^10 pixels declared, a few bytes sent
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" * 100))
+           + chunk(b"IEND", b""))
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    with pytest.raises(InvalidInputError, match="too large"):
+        load_image(url, allow_remote=False, where="messages[0].content[0]")

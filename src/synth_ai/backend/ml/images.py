@@ -87,6 +87,8 @@ def load_image(url: str, *, allow_remote: bool, where: str = "image") -> Any:
         image.load()
     except (UnidentifiedImageError, OSError) as exc:
         raise InvalidInputError(f"{where}: the image could not be decoded ({exc}).") from exc
+    except Image.DecompressionBombError as exc:  # huge declared size: a request problem, not a server error
+        raise InvalidInputError(f"{where}: the image is too large to decode ({exc}).") from exc
     return image.convert("RGB")
 
 
