@@ -139,6 +139,23 @@ def test_malformed_uploads_are_400(api, tmp_path):
     assert no_file.status_code == 400
 
 
+
+def test_form_fields_are_bounded_even_when_streamed(api, backend):
+    # many small fields (each under the per-field cap), sent chunked, then a valid file part: refused while
+    # streaming instead of piling the fields up in the server's memory
+    def body():
+        for i in range(60):
+            yield b'--B\r\nContent-Disposition: form-data; name="f%d"\r\n\r\n' % i + b"x" * 60_000 + b"\r\n"
+        yield b'--B\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nfine-tune\r\n'
+        yield (b'--B\r\nContent-Disposition: form-data; name="file"; filename="t.jsonl"\r\n\r\n'
+               b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n'
+               b"\r\n--B--\r\n")
+
+    response = api.post("/files", content=body(), headers={"Content-Type": "multipart/form-data; boundary=B"})
+    assert response.status_code == 400, response.text
+    assert "form fields" in response.json()["detail"]
+    assert not list((backend.data_dir / "backend" / "tmp").iterdir())
+
 def test_idempotent_creates(api, tmp_path):
     data = chat_jsonl(tmp_path / "idem.jsonl")
     a = upload(api, data, headers={"Idempotency-Key": "up-1"})

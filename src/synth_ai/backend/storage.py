@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - depends on the installed release
     from multipart.multipart import MultipartParser, parse_options_header  # type: ignore[no-redef]
 
 MAX_FIELD_BYTES = 64 * 1024
+MAX_FORM_BYTES = 1024 * 1024  # all part headers and non-file fields of one body together (kept in memory)
 COPY_CHUNK = 1024 * 1024
 
 
@@ -72,6 +73,7 @@ class MultipartReceiver:
         self._temp_path: Path | None = None
         self._hasher = hashlib.sha256()
         self._size = 0
+        self._form_bytes = 0
         self._filename: str | None = None
         self._file_content_type: str | None = None
         self._file_done = False
@@ -90,10 +92,18 @@ class MultipartReceiver:
     def _on_part_begin(self) -> None:
         self._part = _Part()
 
+    def _count_form_bytes(self, n: int) -> None:
+        self._form_bytes += n
+        if self._form_bytes > MAX_FORM_BYTES:
+            raise UploadError(f"The form fields and part headers are larger than {MAX_FORM_BYTES} bytes in all; "
+                              "send one `file` part and a `purpose` field.")
+
     def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._count_form_bytes(end - start)
         self._header_name += data[start:end]
 
     def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._count_form_bytes(end - start)
         self._header_value += data[start:end]
 
     def _on_header_end(self) -> None:
@@ -134,6 +144,7 @@ class MultipartReceiver:
         else:
             if len(self._part.data) + (end - start) > MAX_FIELD_BYTES:
                 raise UploadError(f"Form field {self._part.name!r} is larger than {MAX_FIELD_BYTES} bytes.")
+            self._count_form_bytes(end - start)
             self._part.data += data[start:end]
 
     def _on_part_end(self) -> None:
