@@ -314,6 +314,20 @@ def test_chart_stream_format_follows_to_the_end(backend: BackendProcess, key_env
     assert "Final status: succeeded" in result.stdout
 
 
+def test_chart_stops_when_following_ends_in_an_error(backend: BackendProcess, key_env: str) -> None:
+    """A follow that ends in an error (here: no such job) stops the live chart; a running one would keep redrawing
+    over the error and leave the terminal's cursor hidden."""
+    import threading
+
+    from rich.live import _RefreshThread
+
+    result = run_cli("jobs", "events", "job_does_not_exist", "--follow", "--stream-format", "chart",
+                     "--backend", backend.url)
+    assert result.exit_code == 8, result.stdout + result.stderr
+    assert "Using live loss chart" in result.stdout
+    assert not [t for t in threading.enumerate() if isinstance(t, _RefreshThread) and t.is_alive()]
+
+
 def test_keys_saved_by_setup_are_found_without_a_dotenv(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch,
                                                         isolated_home: Path) -> None:
     """`synth-ai setup` writes ~/.synth-ai/config.json; train finds SYNTH_API_KEY there when nothing else has it."""

@@ -128,14 +128,14 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
     try:
         result = follow_job(jobs, job_id, interval=interval, timeout=timeout, on_update=view)
     except KeyboardInterrupt:
-        view.close()
         err = SynthError(f"Detached from job {job_id}; it keeps running on the backend.",
                          hint=f"Resume with: {resume_command(job_id)}   (cancel: synth-ai jobs cancel {job_id})",
                          details={"job_id": job_id})
         err.exit_code = ExitCode.INTERRUPTED
         err.code = "detached"
         raise err from None
-    view.close()
+    finally:  # a timeout or a lost backend must not leave a live chart running (and the cursor hidden)
+        view.close()
     if on_end is not None:
         on_end()
     doc = {"job_id": job_id, "status": result.status, "fine_tuned_model": result.fine_tuned_model, "job": result.job}
