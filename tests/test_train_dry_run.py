@@ -369,6 +369,17 @@ def test_one_discovered_config_is_used(isolated_home: Path):
     assert doc["config"].endswith("configs/mine.toml") and doc["type"] == "rl"
 
 
+def test_discovery_does_not_follow_linked_folders_or_count_a_config_twice(isolated_home: Path):
+    project = isolated_home / "project"
+    project.mkdir()
+    shutil.copy(REPO_ROOT / "examples/configs/rl_text_qwen3_4b.toml", project / "rl.toml")
+    (project / "up").symlink_to("..")  # a loop back up the tree
+    (project / "same.toml").symlink_to("rl.toml")
+    os.chdir(project)
+    doc = _dry().json()
+    assert doc["config"].endswith("rl.toml") and doc["type"] == "rl"
+
+
 def test_discovery_respects_type(isolated_home: Path):
     shutil.copy(REPO_ROOT / "examples/configs/rl_text_qwen3_4b.toml", isolated_home / "rl.toml")
     shutil.copy(REPO_ROOT / "examples/configs/sft_full_qwen3_4b.toml", isolated_home / "sft.toml")

@@ -23,8 +23,13 @@ MAX_FILES = 500  # stop scanning huge trees; the user can always pass --config
 def discover_configs(root: Path, kinds: set[str]) -> list[tuple[Path, str]]:
     """(path, kind) of every parseable TOML under `root` of one of `kinds`, shallowest first."""
     found: list[tuple[Path, str]] = []
+    seen: set[Path] = set()
     scanned = 0
     for path in sorted(_walk(root), key=lambda p: (len(p.relative_to(root).parts), str(p))):
+        real = path.resolve()
+        if real in seen:  # a symlinked file is the config it points at, not a second candidate
+            continue
+        seen.add(real)
         scanned += 1
         if scanned > MAX_FILES:
             break
@@ -39,7 +44,13 @@ def discover_configs(root: Path, kinds: set[str]) -> list[tuple[Path, str]]:
 
 
 def _walk(root: Path):
-    for entry in root.iterdir() if root.is_dir() else ():
+    try:
+        entries = list(root.iterdir()) if root.is_dir() else []
+    except OSError:  # a folder we may not read holds no config we could use
+        return
+    for entry in entries:
+        if entry.is_symlink() and entry.is_dir():
+            continue  # a linked folder is elsewhere (or a loop back up the tree): not the user's project here
         if entry.is_dir():
             if entry.name not in SKIPPED_DIRS and not entry.name.startswith("."):
                 yield from _walk(entry)
