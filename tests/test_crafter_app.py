@@ -260,6 +260,11 @@ def test_invalid_actions_and_model_failures(app_url: str) -> None:
     assert missing.status_code == 400
     assert missing.json()["detail"]["error"]["code"] == "missing_inference_url"
 
+    for policy, env_config in (({"timeout_s": "soon"}, None), ({}, {"area": [100_000, 100_000]})):
+        bad = rollout(app_url, "http://127.0.0.1:9/v1", policy=policy, env_config=env_config)
+        assert bad.status_code == 400, bad.text
+        assert bad.json()["detail"]["error"]["code"] == "invalid_rollout_request"
+
 
 def test_task_info(app_url: str) -> None:
     taskset = httpx.get(f"{app_url}/task_info", headers=HEADERS).json()["taskset"]

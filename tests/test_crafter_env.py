@@ -46,6 +46,11 @@ def test_image_size_and_episode_config_validation() -> None:
     assert env.EpisodeConfig.from_request(None, {}, default_seed=42).seed == 42
     with pytest.raises(ValueError, match="length"):
         env.EpisodeConfig.from_request(1, {"length": 0})
+    # a huge world would take hours of world generation (and gigabytes); bad numbers are ValueErrors (400s)
+    for bad in ({"area": [100_000, 100_000]}, {"area": [0, 0]}, {"area": [-5, 5]}, {"seed": float("inf")},
+                {"area": ["x", 4]}, {"image_size": float("inf")}):
+        with pytest.raises(ValueError):
+            env.EpisodeConfig.from_request(None, bad)
 
 
 def test_episode_observation_and_achievements() -> None:

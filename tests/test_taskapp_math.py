@@ -138,6 +138,20 @@ def test_missing_inference_url_is_400(math_app):
     assert response.json()["detail"]["error"]["code"] == "missing_inference_url"
 
 
+
+def test_bad_seed_and_timeout_are_400_not_500(math_app):
+    base, _ = math_app
+    body = rollout_body("http://127.0.0.1:9/v1")
+    body["env"] = {"seed": None, "config": {"split": "train", "seed": "__SEED__"}}
+    text = json.dumps(body).replace('"__SEED__"', "1e999")  # JSON number that parses to infinity
+    seed = httpx.post(f"{base}/rollout", content=text, headers={**headers(), "Content-Type": "application/json"})
+    assert seed.status_code == 400 and seed.json()["detail"]["error"]["code"] == "invalid_seed"
+    for bad in ("soon", None, -1, 0):
+        response = httpx.post(f"{base}/rollout", json=rollout_body("http://127.0.0.1:9/v1", timeout_s=bad),
+                              headers=headers())
+        assert response.status_code == 400, (bad, response.text)
+        assert response.json()["detail"]["error"]["code"] == "invalid_timeout"
+
 def test_taskset_and_local_dataset_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     for split, rows in (("train", [{"problem": "1+1?", "solution": "\\boxed{2}"}] * 3),

@@ -41,6 +41,7 @@ DEFAULT_AREA = (64, 64)
 DEFAULT_LENGTH = 10000
 DEFAULT_IMAGE_SIZE = 64
 MAX_IMAGE_SIZE = 1024
+MAX_AREA_SIDE = 256  # world generation is pure Python per cell: 256x256 already takes ~15 s on one core
 
 
 def normalise_action(name: Any) -> str | None:
@@ -58,12 +59,15 @@ def parse_image_size(value: Any) -> tuple[int, int]:
         return (DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)
     if isinstance(value, bool):
         raise ValueError(f"image_size must be an integer or [width, height], not {value!r}")
-    if isinstance(value, (int, float, str)):
-        width = height = int(value)
-    elif isinstance(value, (list, tuple)) and len(value) == 2:
-        width, height = int(value[0]), int(value[1])
-    else:
-        raise ValueError(f"image_size must be an integer or [width, height], not {value!r}")
+    try:
+        if isinstance(value, (int, float, str)):
+            width = height = int(value)
+        elif isinstance(value, (list, tuple)) and len(value) == 2:
+            width, height = int(value[0]), int(value[1])
+        else:
+            raise ValueError(f"image_size must be an integer or [width, height], not {value!r}")
+    except (TypeError, OverflowError):
+        raise ValueError(f"image_size must be an integer or [width, height], not {value!r}") from None
     for side in (width, height):
         if not 16 <= side <= MAX_IMAGE_SIZE:
             raise ValueError(f"image_size sides must be between 16 and {MAX_IMAGE_SIZE}, got {side}")
@@ -84,12 +88,20 @@ class EpisodeConfig:
         area = config.get("area", DEFAULT_AREA)
         if not (isinstance(area, (list, tuple)) and len(area) == 2):
             raise ValueError(f"area must be [width, height], not {area!r}")
-        length = int(config.get("length", DEFAULT_LENGTH))
+        try:
+            length = int(config.get("length", DEFAULT_LENGTH))
+            seed_value = int(raw_seed)
+            sides = (int(area[0]), int(area[1]))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"seed, length and area must be integers ({exc})") from None
         if length < 1:
             raise ValueError(f"length must be at least 1, got {length}")
+        for side in sides:
+            if not 1 <= side <= MAX_AREA_SIDE:
+                raise ValueError(f"area sides must be between 1 and {MAX_AREA_SIDE}, got {side}")
         return cls(
-            seed=int(raw_seed),
-            area=(int(area[0]), int(area[1])),
+            seed=seed_value,
+            area=sides,
             length=length,
             image_size=parse_image_size(config.get("image_size")),
         )

@@ -10,8 +10,8 @@ Rewards: a step's reward is the number of achievements unlocked for the first ti
 outcome is the number of distinct achievements unlocked in the episode.
 
 Request knobs:
-- `env.seed` (or `env.config.seed`; default 42), `env.config`: `area` [64, 64], `length` 10000 (world steps),
-  `image_size` 64 or [w, h], `max_turns`.
+- `env.seed` (or `env.config.seed`; default 42), `env.config`: `area` [64, 64] (sides 1..256),
+  `length` 10000 (world steps), `image_size` 64 or [w, h], `max_turns`.
 - `policy.config`: `inference_url` (required), `model`, `temperature`, `top_p`, `max_tokens`, `max_turns` /
   `max_llm_calls`, `max_actions_per_call` (≤ 8), `tool_choice` ("required"), `timeout_s`, `use_vision`,
   `image_only_mode`, `max_images_per_message`, `thinking_mode`, `thinking_budget`.
@@ -162,11 +162,23 @@ def _int_option(value: Any, name: str) -> int | None:
         return None
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise _bad_request(f"{name} must be an integer, not {value!r}") from None
     if number < 1:
         raise _bad_request(f"{name} must be at least 1, not {number}")
     return number
+
+
+def _timeout_option(value: Any, default: float) -> float:
+    if value is None or value == "" or value == 0:
+        return default
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise _bad_request(f"policy.config.timeout_s must be a number of seconds, not {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise _bad_request(f"policy.config.timeout_s must be a positive number of seconds, not {value!r}")
+    return seconds
 
 
 def _agent_op_count(ops: list[Any]) -> int | None:
@@ -266,7 +278,7 @@ class RolloutSettings:
         return cls(
             inference_url=normalize_inference_url(str(raw_url)), policy=policy, vision=vision, episode=episode,
             max_turns=_turn_budget(request), max_actions=min(max_actions or MAX_ACTIONS_PER_CALL, MAX_ACTIONS_PER_CALL),
-            timeout_s=float(policy.get("timeout_s") or DEFAULT_INFERENCE_TIMEOUT_S),
+            timeout_s=_timeout_option(policy.get("timeout_s"), DEFAULT_INFERENCE_TIMEOUT_S),
             max_ops=request.safety.max_ops, max_time_s=request.safety.max_time_s,
         )
 

@@ -250,9 +250,21 @@ def _seed_of(request: RolloutRequest) -> int:
     seed = request.env.seed if request.env.seed is not None else request.env.config.get("seed", 0)
     try:
         return int(seed)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise RolloutError(f"env.seed must be an integer, not {seed!r}", status_code=400,
                            code="invalid_seed") from None
+
+
+def _timeout_of(config: dict[str, Any]) -> float:
+    raw = config.get("timeout_s", 120)
+    try:
+        seconds = float(raw)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise RolloutError(f"policy.config.timeout_s must be a positive number of seconds, not {raw!r}",
+                           status_code=400, code="invalid_timeout")
+    return seconds
 
 
 async def rollout(request: RolloutRequest, fastapi_request: Any = None) -> RolloutResponse:
@@ -287,7 +299,7 @@ async def rollout(request: RolloutRequest, fastapi_request: Any = None) -> Rollo
         trace.metadata.update({"task_id": f"{TASK_ID}:{split}:{index}", "task_split": split, "seed": seed})
         trace.timestep("math_step", turn_number=0, metadata={"split": split, "index": index})
 
-    completion = await chat_completion(inference_url, payload, timeout=float(config.get("timeout_s", 120)))
+    completion = await chat_completion(inference_url, payload, timeout=_timeout_of(config))
     calls = tool_calls_of(completion)
     submit = next((c for c in calls if c.get("name") == "math_submit"), None)
     content = (completion["choices"][0].get("message") or {}).get("content") or ""
