@@ -284,6 +284,18 @@ def test_models_lists_local_base_models(api):
     assert {m["id"] for m in api.get("/inference/v1/models").json()["data"]} >= {"synth-ai/tiny-qwen3"}
 
 
+
+def test_out_of_range_paging_numbers_are_422_not_500(api, tmp_path):
+    job = api.post("/learning/jobs", json=sft_body(upload(api, chat_jsonl(tmp_path / "p.jsonl")).json()["id"]))
+    job_id = job.json()["id"]
+    huge = str(2**70)
+    for route, params in (("/files", {"offset": huge}), ("/learning/jobs", {"offset": huge}),
+                          ("/rl/jobs", {"offset": huge}), (f"/learning/jobs/{job_id}/events", {"since_seq": huge}),
+                          (f"/learning/jobs/{job_id}/metrics", {"after_step": huge})):
+        response = api.get(route, params=params)
+        assert response.status_code == 422, (route, response.text)
+        assert response.json()["error"]["code"] == "invalid_request"
+
 def test_unknown_route_is_json_404(api):
     response = api.get("/learning/nothing/here")
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 BUSY_TIMEOUT_MS = 30_000
+MAX_INTEGER = 2**63 - 1  # SQLite's largest INTEGER: query parameters above it are refused with a 422
 
 MIGRATIONS: list[tuple[str, str]] = [
     (

@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect
 
 from synth_ai.backend import idempotency as idem
 from synth_ai.backend.app import Backend, get_backend
+from synth_ai.backend.db import MAX_INTEGER
 from synth_ai.backend.errors import ApiError, bad_request, conflict, not_found
 from synth_ai.backend.files import file_json
 from synth_ai.backend.storage import MultipartReceiver, ReceivedUpload, UploadError, too_large_message
@@ -114,7 +115,7 @@ def _store_upload(backend: Backend, upload: ReceivedUpload, key: str | None, pat
 @router.get("/files")
 @router.get("/learning/files")
 def list_files(request: Request, purpose: str | None = None, limit: int = Query(100, ge=1, le=1000),
-               offset: int = Query(0, ge=0)) -> dict[str, Any]:
+               offset: int = Query(0, ge=0, le=MAX_INTEGER)) -> dict[str, Any]:
     backend = get_backend(request)
     rows = backend.files.list(purpose=purpose, limit=limit + 1, offset=offset)
     return {"object": "list", "data": [file_json(r) for r in rows[:limit]], "has_more": len(rows) > limit}

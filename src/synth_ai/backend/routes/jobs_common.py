@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from synth_ai.backend import idempotency as idem
 from synth_ai.backend import jobs as J
 from synth_ai.backend.app import Backend, get_backend
-from synth_ai.backend.db import loads
+from synth_ai.backend.db import MAX_INTEGER, loads
 from synth_ai.backend.errors import ApiError, conflict, not_found
 
 CANCEL_WAIT_EXTRA_S = 5.0
@@ -140,7 +140,7 @@ def add_job_routes(router: APIRouter, prefix: str, kind: str) -> None:
         return {"job_id": job_id, "config": loads(row["payload"]) or {}}
 
     @router.get(f"{prefix}/{{job_id}}/events")
-    def get_events(request: Request, job_id: str, since_seq: int = Query(0, ge=0),
+    def get_events(request: Request, job_id: str, since_seq: int = Query(0, ge=0, le=MAX_INTEGER),
                    limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
         backend = get_backend(request)
         load_job(backend, job_id, kind)
@@ -149,7 +149,7 @@ def add_job_routes(router: APIRouter, prefix: str, kind: str) -> None:
                 "next_seq": events[-1]["seq"] if events else since_seq}
 
     @router.get(f"{prefix}/{{job_id}}/metrics")
-    def get_metrics(request: Request, job_id: str, after_step: int = Query(-1, ge=-1),
+    def get_metrics(request: Request, job_id: str, after_step: int = Query(-1, ge=-1, le=MAX_INTEGER),
                     limit: int = Query(200, ge=1, le=5000), name: str | None = None) -> dict[str, Any]:
         backend = get_backend(request)
         load_job(backend, job_id, kind)

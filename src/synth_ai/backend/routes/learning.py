@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from synth_ai.backend import jobs as J
 from synth_ai.backend.app import Backend, get_backend
+from synth_ai.backend.db import MAX_INTEGER
 from synth_ai.backend.errors import ApiError, not_found
 from synth_ai.backend.files import DATASET_PURPOSES
 from synth_ai.backend.payloads import check_sft_body, sft_file_ids
@@ -98,7 +99,7 @@ def create_sft_job(request: Request, body: Any = Body(...)) -> JSONResponse:
 
 @router.get("/learning/jobs")
 def list_sft_jobs(request: Request, status: str | None = None, type: str | None = None,  # noqa: A002
-                  limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0)) -> dict[str, Any]:
+                  limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_INTEGER)) -> dict[str, Any]:
     # `type` filters by training type or kind: sft_offline, sft, rl_online, rl ... (all jobs live here)
     return list_jobs_doc(get_backend(request), kind=None, status=status, type_=type, limit=limit, offset=offset)
 

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from synth_ai.backend import jobs as J
 from synth_ai.backend.app import get_backend
 from synth_ai.backend.auth import environment_keys
+from synth_ai.backend.db import MAX_INTEGER
 from synth_ai.backend.errors import ApiError
 from synth_ai.backend.payloads import check_rl_body
 from synth_ai.backend.routes.jobs_common import add_job_routes, idempotent_create, list_jobs_doc, replay
@@ -67,7 +68,7 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
 
 @router.get("/rl/jobs")
 def list_rl_jobs(request: Request, status: str | None = None, limit: int = Query(50, ge=1, le=500),
-                 offset: int = Query(0, ge=0)) -> dict[str, Any]:
+                 offset: int = Query(0, ge=0, le=MAX_INTEGER)) -> dict[str, Any]:
     return list_jobs_doc(get_backend(request), kind="rl", status=status, type_=None, limit=limit, offset=offset)
 
 
