@@ -245,6 +245,11 @@ def test_bad_requests_and_unknown_models(engine: Any) -> None:
         ask(engine, "ft:synth-ai/tiny-qwen3:job_missing", "hi")
     with pytest.raises(NotFoundError, match="not available offline"):
         ask(engine, "Qwen/Qwen3-32B", "hi")
+    for long_id in ("x" * 5000, "/" + "y" * 5000):  # longer than a file name may be: still just "not found"
+        with pytest.raises(NotFoundError):
+            ask(engine, long_id, "hi")
+    # ids that failed to load leave nothing behind (a stream of unknown ids must not grow the server's memory)
+    assert not {"Qwen/Qwen3-32B", "x" * 5000, "ft:synth-ai/tiny-qwen3:job_missing"} & set(engine._load_locks)
     bad = [{"messages": []}, {"temperature": 5}, {"n": 0}, {"stop": [1]}, {"thinking_mode": "maybe"},
            {"max_tokens": 0}, {"stream": True}, {"tools": "x"}, {"seed": "s"}]
     for fields in bad:

@@ -99,13 +99,17 @@ class ModelStore:
         for tiny_id in TINY_IDS:
             if raw.lower() == tiny_id.lower():
                 return self.ensure_tiny(tiny_id)
-        as_path = Path(raw).expanduser()
-        if as_path.is_absolute():
-            if (as_path / "config.json").exists():
-                return as_path
-            raise NotFoundError(f"Model folder '{raw}' has no config.json.",
-                                hint="Point at a Hugging Face-format folder (config.json, weights, tokenizer).")
-        return self._resolve_real(raw)
+        try:
+            as_path = Path(raw).expanduser()
+            if as_path.is_absolute():
+                if (as_path / "config.json").exists():
+                    return as_path
+                raise NotFoundError(f"Model folder '{raw}' has no config.json.",
+                                    hint="Point at a Hugging Face-format folder (config.json, weights, tokenizer).")
+            return self._resolve_real(raw)
+        except OSError as exc:  # e.g. a name too long for the file system: no such model here
+            raise NotFoundError(f"Model '{raw[:200]}' cannot be looked up on this machine ({exc.strerror}).",
+                                hint="Use a model id from GET /api/inference/v1/models.") from None
 
     def _resolve_fine_tuned(self, model_id: str) -> Path:
         entry = self._find_fine_tuned(model_id)

@@ -102,7 +102,13 @@ class InferenceEngine:
                 if key in self._cache:
                     self._cache.move_to_end(key)
                     return self._cache[key]
-            loaded = self._load(key)
+            try:
+                loaded = self._load(key)
+            except BaseException:
+                with self._cache_lock:  # a failed id keeps no lock: unknown ids must not pile up in memory
+                    if self._load_locks.get(key) is lock:
+                        del self._load_locks[key]
+                raise
             with self._cache_lock:
                 self._cache[key] = loaded
                 evicted = False
