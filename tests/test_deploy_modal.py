@@ -372,3 +372,14 @@ def test_modal_command_resolution(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(UnavailableError, match="the `modal` package is not installed") as info:
         modal_cli.resolve_modal_command("modal")
     assert info.value.exit_code == ExitCode.UNAVAILABLE and "pip install 'synth-ai[modal]'" in info.value.hint
+
+
+def test_env_files_of_every_common_name_stay_out_of_the_image() -> None:
+    file_pattern_matcher = pytest.importorskip("modal.file_pattern_matcher")
+    from synth_ai.deploy.modal_script import MOUNT_IGNORE
+
+    ignored = file_pattern_matcher.FilePatternMatcher(*MOUNT_IGNORE)
+    for name in (".env", "app/.env", ".env.local", "app/.env.production", "prod.env", "traces/synth_ai.db"):
+        assert ignored(Path(name)), name
+    for name in ("task_app.py", "environment.py", "data/train.jsonl"):
+        assert not ignored(Path(name)), name

@@ -30,7 +30,7 @@ DEFAULT_CONCURRENCY = 32
 # Secrets, never through the image).
 MOUNT_IGNORE: tuple[str, ...] = (
     "**/__pycache__", "**/*.pyc", "**/.git", "**/.cache", "**/.venv", "**/node_modules",
-    "**/*.db", "**/*.db-journal", "**/*-wal", "**/*-shm", "**/.env", "**/*.env",
+    "**/*.db", "**/*.db-journal", "**/*-wal", "**/*-shm", "**/.env", "**/*.env", "**/.env.*",
 )
 
 # The runtime dependencies of synth_ai when its metadata is unavailable (running from a source tree).
