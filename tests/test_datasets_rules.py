@@ -264,6 +264,21 @@ def test_invalid_utf8(tmp_path):
     assert lineno == 1 and message.startswith("not valid UTF-8 text")
 
 
+
+def test_json_nested_too_deeply_is_a_line_error(tmp_path):
+    deep = b"[" * 200_000 + b"]" * 200_000
+    path = tmp_path / "deep.jsonl"
+    calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": deep.decode()}}]
+    path.write_bytes(json.dumps(chat()).encode() + b"\n" + b'{"messages": ' + deep + b"}\n"
+                     + json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                                {"role": "assistant", "content": "", "tool_calls": calls}]}).encode()
+                     + b"\n")
+    report = validate_jsonl(path)
+    assert not report.ok
+    found = errors_of(report)
+    assert [line for line, _ in found] == [2, 3]
+    assert "nested too deeply" in found[0][1] and "arguments string is not valid JSON" in found[1][1]
+
 def test_more_errors_than_listed_are_counted(tmp_path):
     path = write(tmp_path, chat(), *(["{"] * 30))
     report = validate_jsonl(path)

@@ -66,6 +66,8 @@ def check_line(raw: bytes | memoryview, options: RecordOptions) -> RecordResult:
         return RecordResult(errors=[f"invalid JSON ({exc.msg} at column {exc.colno})"])
     except UnicodeDecodeError as exc:
         return RecordResult(errors=[f"not valid UTF-8 text ({exc.reason} at byte {exc.start})"])
+    except RecursionError:
+        return RecordResult(errors=["invalid JSON (arrays or objects nested too deeply to decode)"])
     ctx = _Ctx(options)
     record = _check_record(obj, ctx)
     res = ctx.res
@@ -308,7 +310,7 @@ def _check_tool_call(call: Any, i: int, j: int, ctx: _Ctx) -> dict[str, Any] | N
         if arguments.strip():
             try:
                 arguments = json.loads(arguments)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
                 ctx.error(f"{where}: arguments string is not valid JSON ({msg})")
                 return None
