@@ -338,7 +338,7 @@ def _check_topology(findings: Findings, data: dict[str, Any]) -> None:
                                  f"the topology uses {used} GPUs but [compute] provides {available}", used,
                                  fix="lower gpus_for_vllm/gpus_for_training/gpus_for_ref or raise "
                                      "[compute].gpu_count")
-        if isinstance(tp_vllm, int) and isinstance(topology.get("gpus_for_vllm"), int) \
+        if isinstance(tp_vllm, int) and tp_vllm > 0 and isinstance(topology.get("gpus_for_vllm"), int) \
                 and topology["gpus_for_vllm"] % tp_vllm:
             findings.error_found(where + ("gpus_for_vllm",),
                                  f"must be a multiple of the tensor-parallel degree ({tp_vllm})",
