@@ -86,6 +86,13 @@ def test_unknown_option_in_json_mode_is_one_document() -> None:
     assert doc["error"]["exit_code"] == 2
 
 
+def test_unknown_stream_format_is_a_usage_error() -> None:
+    result = run_cli("--json", "jobs", "events", "job_x", "--follow", "--stream-format", "charts")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert doc["error"]["code"] == "usage" and "--stream-format" in doc["error"]["message"]
+
+
 def test_user_error_has_message_hint_and_code() -> None:
     result = run_cli("models", "get", "Qwen/Qwen3-5B")
     assert result.exit_code == 3

@@ -87,6 +87,9 @@ def register(app: typer.Typer) -> None:
         from synth_ai.cli.follow_view import follow_and_report
 
         out = output_of(ctx, json_flag)
+        if stream_format not in ("cli", "chart"):
+            raise typer.BadParameter(f"{stream_format!r} is not one of 'cli', 'chart'.",
+                                     param_hint="'--stream-format'")
         with _jobs_of(out, backend, kind) as jobs:
             if follow:
                 follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
