@@ -134,6 +134,19 @@ def test_rl_dry_run_without_keys_says_so(examples: Path):
     assert doc["notes"], "a missing API key must be pointed out"
 
 
+def test_rl_dry_run_shows_the_environment_key_submission_would_send(examples: Path):
+    """Keys `synth-ai setup` saved in ~/.synth-ai/config.json are what submission sends; the plan must show them."""
+    from synth_ai.env.paths import data_dir
+
+    (data_dir() / "config.json").write_text(json.dumps({"SYNTH_API_KEY": SYNTH_KEY, "ENVIRONMENT_API_KEY": ENV_KEY}))
+    result = _dry("--config", "examples/configs/rl_text_qwen3_4b.toml", "--backend", "https://backend.example.test")
+    assert result.exit_code == 0, result.stdout
+    _no_secret(result)
+    verify, health = result.json()["requests"][:2]
+    assert verify["headers"]["Authorization"] == f"Bearer {mask_secret(SYNTH_KEY)}"
+    assert health["headers"]["X-API-Key"] == mask_secret(ENV_KEY)
+
+
 def test_rl_flags_that_only_apply_to_sft_are_reported(keys, examples: Path):
     doc = _dry("--config", "examples/configs/rl_text_qwen3_4b.toml", "--dataset", "x.jsonl", "--examples", "3").json()
     messages = [n["message"] for n in doc["notes"]]

@@ -7,7 +7,6 @@ Values only known once the run is under way (the uploaded file's id, the created
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,13 +108,12 @@ def plan_sft(config: LoadedConfig, backend: BackendTarget, *, api_key: str | Non
     return plan
 
 
-def plan_rl(config: LoadedConfig, backend: BackendTarget, *, api_key: str | None, environ: Mapping[str, str],
+def plan_rl(config: LoadedConfig, backend: BackendTarget, *, api_key: str | None, env_key: str | None,
             idempotency: str | None) -> TrainPlan:
+    """`env_key` is the ENVIRONMENT_API_KEY submission will send (`get_env`: aliases and saved keys included)."""
     assert config.task_url is not None
     api = backend.api_base
     auth = _auth_headers(api_key)
-    env_key = environ.get("ENVIRONMENT_API_KEY") or environ.get("DEV_ENVIRONMENT_API_KEY") \
-        or environ.get("dev_environment_api_key")
     masked_env_key = mask_secret(env_key) if env_key else "<ENVIRONMENT_API_KEY is not set>"
     task_headers = {"X-API-Key": masked_env_key, "X-API-Keys": masked_env_key, "Authorization": f"Bearer {masked_env_key}"}
     plan = TrainPlan("rl", backend)

@@ -15,7 +15,7 @@ from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.loader import load_config
 from synth_ai.config.toml_source import display_path, load_toml
 from synth_ai.env.backend_url import BackendTarget, resolve_backend
-from synth_ai.env.dotenv_files import find_nearest_env, load_env_files
+from synth_ai.env.dotenv_files import find_nearest_env, get_env, load_env_files
 from synth_ai.errors import ConfigError, ConfigIssue, InvalidInputError
 from synth_ai.train.plan import TrainPlan, plan_rl, plan_sft
 
@@ -91,7 +91,8 @@ def prepare_training(options: TrainOptions, choose) -> PreparedTraining:
     if kind == "sft":
         plan = plan_sft(config, backend, api_key=api_key, examples=options.examples, idempotency=options.idempotency)
     else:
-        plan = plan_rl(config, backend, api_key=api_key, environ=os.environ, idempotency=options.idempotency)
+        plan = plan_rl(config, backend, api_key=api_key, env_key=get_env("ENVIRONMENT_API_KEY"),
+                       idempotency=options.idempotency)
     return PreparedTraining(config=config, backend=backend, plan=plan, env_files=env_files, notices=notices,
                             missing_api_key=not api_key)
 
