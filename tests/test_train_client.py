@@ -134,6 +134,8 @@ def test_poll_timeout_ends_with_resume_command(backend: BackendProcess, key_env:
     assert "--poll-timeout" in result.stderr
     assert "synth-ai jobs events job_" in result.stderr
     job_id = result.stderr.split("synth-ai jobs events ")[1].split()[0]
+    # The resume command reaches the same backend (a bare one would ask the default backend, not --backend's).
+    assert f"synth-ai jobs events {job_id} --follow --backend {backend.url}/api" in result.stderr
     cancelled = run_cli("--json", "jobs", "cancel", job_id, "--backend", backend.url)
     assert cancelled.exit_code == 0
     with backend.client() as client:

@@ -118,7 +118,7 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
 
     Ctrl-C detaches (the job keeps running) and says how to resume. `on_end` runs once the job has ended.
     """
-    from synth_ai.client.follow import follow_job, resume_command
+    from synth_ai.client.follow import follow_job, job_flags, resume_command
     from synth_ai.errors import ExitCode, JobFailedError, SynthError
 
     if not out.json_mode:
@@ -129,7 +129,8 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
         result = follow_job(jobs, job_id, interval=interval, timeout=timeout, on_update=view)
     except KeyboardInterrupt:
         err = SynthError(f"Detached from job {job_id}; it keeps running on the backend.",
-                         hint=f"Resume with: {resume_command(job_id)}   (cancel: synth-ai jobs cancel {job_id})",
+                         hint=f"Resume with: {resume_command(job_id, jobs)}   (cancel: synth-ai jobs cancel {job_id}"
+                              f"{job_flags(jobs)})",
                          details={"job_id": job_id})
         err.exit_code = ExitCode.INTERRUPTED
         err.code = "detached"

@@ -73,6 +73,7 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
                        stream_format: str) -> None:
     from synth_ai.cli.follow_view import follow_and_report
     from synth_ai.client.connect import open_api
+    from synth_ai.client.follow import resume_command
     from synth_ai.client.idempotency import IdempotencyStore
     from synth_ai.train.submit import Hooks, submit
 
@@ -93,7 +94,7 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
             doc = {"job_id": submitted.job_id, "status": submitted.job.get("status", "queued"),
                    "type": submitted.kind, "backend": backend.api_base}
             out.result(doc, lambda o: o.info(f"Started job {submitted.job_id} (polling disabled); follow it with "
-                                             f"`synth-ai jobs events {submitted.job_id} --follow`"))
+                                             f"`{resume_command(submitted.job_id, jobs)}`"))
             return
         follow_and_report(out, jobs, submitted.job_id, interval=poll_interval, timeout=poll_timeout,
                           stream_format=stream_format, on_end=lambda: store.forget(*submitted.fingerprints))

@@ -73,8 +73,16 @@ class FollowResult:
         return JobStatus.parse(self.status) == JobStatus.SUCCEEDED
 
 
-def resume_command(job_id: str) -> str:
-    return f"synth-ai jobs events {job_id} --follow"
+def job_flags(jobs: Jobs | None) -> str:
+    """The `jobs` command flags that reach the same job again: its family and its backend."""
+    if jobs is None:
+        return ""
+    kind = " --kind rl" if jobs.prefix == "/rl/jobs" else ""
+    return f"{kind} --backend {jobs.t.api_base}"
+
+
+def resume_command(job_id: str, jobs: Jobs | None = None) -> str:
+    return f"synth-ai jobs events {job_id} --follow{job_flags(jobs)}"
 
 
 def follow_job(
@@ -133,7 +141,7 @@ def follow_job(
             if failures >= max_consecutive_errors:
                 raise NetworkError(
                     f"Lost contact with the backend while following job {job_id} ({failures} failures in a row; "
-                    f"last: {exc.message})", hint=f"The job keeps running. Resume with: {resume_command(job_id)}",
+                    f"last: {exc.message})", hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
                     details={"job_id": job_id}) from None
         parsed = JobStatus.parse(last_status)
         if (parsed is not None and parsed.terminal) or terminal is not None:
@@ -141,7 +149,7 @@ def follow_job(
         if clock() >= deadline:
             raise DeadlineError(
                 f"Job {job_id} is still {last_status or 'pending'} after {timeout:g} s (--poll-timeout).",
-                hint=f"The job keeps running. Resume with: {resume_command(job_id)}",
+                hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
                 details={"job_id": job_id, "status": last_status})
         sleep(max(0.0, min(interval, deadline - clock())))
 
