@@ -142,6 +142,7 @@ def test_poll_timeout_ends_with_resume_command(backend: BackendProcess, key_env:
         wait_for(lambda: client.get(f"/learning/jobs/{job_id}").json()["status"] == "cancelled", what="cancel")
     followed = run_cli("jobs", "events", job_id, "--follow", "--backend", backend.url)
     assert followed.exit_code == 6, "a cancelled job exits with the job-failed code"
+    assert f"synth-ai jobs events {job_id} --backend {backend.url}/api" in followed.stderr
 
 
 class _Faults(httpx.BaseTransport):

@@ -143,7 +143,7 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
     if not result.succeeded:
         reason = result.job.get("error") or result.job.get("failure_reason") or ""
         raise JobFailedError(f"Job {job_id} ended {result.status}{': ' + str(reason) if reason else ''}.",
-                             hint=f"See its events: synth-ai jobs events {job_id}", details=doc)
+                             hint=f"See its events: synth-ai jobs events {job_id}{job_flags(jobs)}", details=doc)
 
     def human(o: Output) -> None:
         o.info(f"Final status: {result.status}")
