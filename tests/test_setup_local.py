@@ -57,6 +57,18 @@ def test_local_twice_is_idempotent_and_registered(isolated_home: Path) -> None:
     assert "Already set up: nothing changed." in third.stdout
 
 
+@pytest.mark.parametrize("args", [("setup", "--local"), ("backend", "status")])
+def test_data_folder_that_cannot_be_made_is_invalid_input(isolated_home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          args: tuple[str, ...]) -> None:
+    blocker = isolated_home / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SYNTH_AI_HOME", str(blocker / "data"))
+    result = run_cli("--json", *args)
+    assert result.exit_code == ExitCode.INVALID_INPUT, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert "SYNTH_AI_HOME" in error["message"] and str(blocker / "data") in error["message"]
+
+
 def test_local_keeps_the_rest_of_an_existing_env_file(isolated_home: Path) -> None:
     env = isolated_home / ".env"
     env.write_text("# mine\nexport OPENAI_API_KEY=sk-openai-keep-me\nDEV_ENVIRONMENT_API_KEY=my-task-app-key-123\n")

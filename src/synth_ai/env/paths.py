@@ -10,9 +10,17 @@ def data_dir(create: bool = True) -> Path:
     """The data directory (backend DB, uploaded files, checkpoints, logs, credentials), mode 0700."""
     raw = os.environ.get("SYNTH_AI_HOME", "").strip()
     path = Path(raw).expanduser() if raw else Path.home() / ".synth-ai"
-    if create and not path.exists():
-        path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
+    if create and not path.is_dir():
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, 0o700)
+        except OSError as exc:
+            from synth_ai.errors import InvalidInputError
+
+            setting = "SYNTH_AI_HOME" if raw else "the default data folder"
+            raise InvalidInputError(f"Cannot use {path} as the data folder ({setting}): {exc.strerror or exc}.",
+                                    hint="Point SYNTH_AI_HOME at a folder you may write to (it is created if "
+                                         "missing).") from None
     return path
 
 
