@@ -258,6 +258,10 @@ def test_bad_requests_and_unknown_models(engine: Any) -> None:
             engine.chat_completion(request)
     with pytest.raises(InvalidInputError):
         engine.chat_completion({"model": TEXT, "messages": [{"role": "robot", "content": "hi"}]})
+    # a prompt longer than the model's context is refused before generating (it would run for minutes, or hours)
+    for model in (TEXT, VL):
+        with pytest.raises(InvalidInputError, match="context of 4096 tokens"):
+            ask(engine, model, "hello world " * 1000, max_tokens=1)
 
 
 def test_concurrent_requests_from_threads(engine: Any) -> None:

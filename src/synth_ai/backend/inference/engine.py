@@ -6,7 +6,8 @@ OpenAI `chat.completion` object. Supported: text and `image_url` content parts (
 assistant `tool_calls` and `tool` messages in the history, `<tool_call>` output parsed into `tool_calls`
 (`finish_reason: "tool_calls"`), `temperature` (0 = greedy), `top_p`, `top_k`, `max_tokens` /
 `max_completion_tokens`, `stop`, `n`, `seed`, `thinking_mode` (`think` | `no_think`), `thinking_budget` (cap on
-the tokens inside `<think>`), and `usage`.
+the tokens inside `<think>`), and `usage`. A prompt as long as the model's context (`max_position_embeddings`) or
+longer is a 400 (`details.code: context_length_exceeded`).
 
 Models are base ids, local folders and fine-tuned ids (`ft:...`): a full fine-tune loads as is; a LoRA adapter is
 applied to its base and merged once at load. Loaded models stay in an LRU cache of `max_loaded` entries.
@@ -199,6 +200,12 @@ class InferenceEngine:
         if loaded.vision and images and "mm_token_type_ids" not in inputs and loaded.image_pad is not None:
             inputs["mm_token_type_ids"] = (inputs["input_ids"] == loaded.image_pad).to(torch.int32)
         prompt_len = int(inputs["input_ids"].shape[1])
+        context = _context_length(loaded.model)
+        if context is not None and prompt_len >= context:
+            raise InvalidInputError(
+                f"The prompt is {prompt_len} tokens; {loaded.model_id} has a context of {context} tokens.",
+                hint="Shorten the messages (or drop old turns) so the prompt and the reply fit in the context.",
+                details={"code": "context_length_exceeded", "prompt_tokens": prompt_len, "context_length": context})
 
         n = params["n"]
         greedy = params["temperature"] == 0
@@ -404,6 +411,16 @@ def _chat_template(tokenizer: Any, path: Path) -> str | None:
                 text = json.loads(text).get("chat_template", "")
             if text:
                 return text
+    return None
+
+
+def _context_length(model: Any) -> int | None:
+    """The model's context in tokens (`max_position_embeddings`, in the text config for Qwen3-VL), if it says."""
+    config = getattr(model, "config", None)
+    for source in (config, getattr(config, "text_config", None)):
+        value = getattr(source, "max_position_embeddings", None)
+        if isinstance(value, int) and value > 0:
+            return value
     return None
 
 
