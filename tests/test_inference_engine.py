@@ -250,7 +250,8 @@ def test_bad_requests_and_unknown_models(engine: Any) -> None:
             ask(engine, long_id, "hi")
     # ids that failed to load leave nothing behind (a stream of unknown ids must not grow the server's memory)
     assert not {"Qwen/Qwen3-32B", "x" * 5000, "ft:synth-ai/tiny-qwen3:job_missing"} & set(engine._load_locks)
-    bad = [{"messages": []}, {"temperature": 5}, {"n": 0}, {"stop": [1]}, {"thinking_mode": "maybe"},
+    bad = [{"messages": []}, {"temperature": 5}, {"n": 0}, {"stop": [1]}, {"stop": "ab" * 600},
+           {"thinking_mode": "maybe"},
            {"max_tokens": 0}, {"stream": True}, {"tools": "x"}, {"seed": "s"}]
     for fields in bad:
         request = {"model": TEXT, "messages": [{"role": "user", "content": "hi"}], **fields}

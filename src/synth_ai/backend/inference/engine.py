@@ -33,6 +33,7 @@ from synth_ai.errors import InvalidInputError, NotFoundError
 
 MAX_N = 16
 MAX_STOP = 4
+MAX_STOP_CHARS = 1024  # generate's stop-string matcher costs time in proportion to the string's length
 DEFAULT_MAX_TOKENS = 256
 MAX_TOKENS_CAP = 32768
 ROLES = {"system", "user", "assistant", "tool"}
@@ -313,6 +314,9 @@ def _validate(request: Any) -> dict[str, Any]:
     else:
         raise InvalidInputError(f"`stop` must be a string or a list of at most {MAX_STOP} strings.")
     stops = [s for s in stops if s]
+    if any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise InvalidInputError(f"Each `stop` string must be at most {MAX_STOP_CHARS} characters "
+                                f"(found {max(len(s) for s in stops)}).")
     thinking = request.get("thinking_mode")
     if thinking is not None and thinking not in ("think", "no_think"):
         raise InvalidInputError(f"`thinking_mode` must be 'think' or 'no_think' (found {thinking!r}).")
