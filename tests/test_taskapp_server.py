@@ -188,6 +188,10 @@ def test_vendor_proxy_adds_the_apps_key(monkeypatch):
             monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-proxy-key-123456")
             assert httpx.post(f"{base}/proxy/v1/chat/completions", json=body).status_code == 400
             ok = httpx.post(f"{base}/proxy/v1/chat/completions", json=body, headers=headers())
+            for bad in (b"{not json", b"[]"):  # a 400 that says so, not a 500
+                refused = httpx.post(f"{base}/proxy/v1/chat/completions", content=bad,
+                                     headers={**headers(), "Content-Type": "application/json"})
+                assert refused.status_code == 400 and refused.json()["detail"]["error"]["code"] == "invalid_request"
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "proxied"
     sent = model.requests[0]
     assert sent["headers"]["authorization"] == "Bearer sk-openai-proxy-key-123456"

@@ -32,7 +32,13 @@ def add_proxy_routes(app: FastAPI, proxy: ProxyConfig, guard: list[Any]) -> None
             key = os.environ.get(_key)
             if not key:
                 raise TaskAppError(f"{_key} is not configured", status_code=503, code=_missing)
-            payload = await request.json()
+            try:
+                payload = await request.json()
+            except ValueError:
+                payload = None
+            if not isinstance(payload, dict):
+                raise TaskAppError("The body must be a JSON object (an OpenAI chat completion request).",
+                                   status_code=400, code="invalid_request")
             if proxy.system_hint and isinstance(payload.get("messages"), list):
                 payload["messages"] = [{"role": "system", "content": proxy.system_hint}, *payload["messages"]]
             return JSONResponse(await chat_completion(_target, payload, api_key=key))
