@@ -331,6 +331,33 @@ def test_chart_stops_when_following_ends_in_an_error(backend: BackendProcess, ke
     assert not [t for t in threading.enumerate() if isinstance(t, _RefreshThread) and t.is_alive()]
 
 
+def test_follow_shows_every_event_and_metric_point_across_pages(backend: BackendProcess, key_env: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small pages: a finished job is still shown whole (not one page), and a page ending inside a step loses none
+    of that step's points."""
+    from synth_ai.client import follow
+    from synth_ai.client.resources import SynthAPI
+    from synth_ai.client.transport import Transport
+
+    done = _train(backend, "--json", "--idempotency", "follow-pages")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    job_id = json.loads(done.stdout)["job_id"]
+    with backend.client() as client:
+        points = client.get(f"/learning/jobs/{job_id}/metrics", params={"limit": 5000}).json()["points"]
+        events = client.get(f"/learning/jobs/{job_id}/events", params={"limit": 1000}).json()["events"]
+    assert len(points) > 8 and len(events) > 5
+    monkeypatch.setattr(follow, "METRICS_PAGE", 4)  # 3 metrics per step: pages end inside steps
+    monkeypatch.setattr(follow, "EVENTS_PAGE", 5)
+    updates: list = []
+    with Transport(f"{backend.url}/api", key_env) as transport:
+        result = follow.follow_job(SynthAPI(transport).sft, job_id, interval=0.01, timeout=60,
+                                   on_update=updates.append, sleep=lambda _s: None)
+    assert result.status == "succeeded"
+    assert sorted((u.data["name"], u.data["step"]) for u in updates if u.kind == "metric") == \
+        sorted((p["name"], p["step"]) for p in points)
+    assert [u.data["seq"] for u in updates if u.kind == "event"] == [e["seq"] for e in events]
+
+
 def test_keys_saved_by_setup_are_found_without_a_dotenv(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch,
                                                         isolated_home: Path) -> None:
     """`synth-ai setup` writes ~/.synth-ai/config.json; train finds SYNTH_API_KEY there when nothing else has it."""

@@ -115,16 +115,23 @@ def register(app: typer.Typer) -> None:
         json_flag: bool = json_option(),
     ) -> None:
         """Print a job's metric points (train.loss, val.loss, learning_rate, ...)."""
+        from synth_ai.client.follow import next_after_step
+
         out = output_of(ctx, json_flag)
         with _jobs_of(out, backend, kind) as jobs:
             points: list[dict] = []
+            seen: set[tuple] = set()
             while True:  # page by step: the API returns at most `limit` points per call
                 page = jobs.metrics(job_id, after_step=after_step, limit=1000)
-                points.extend(page)
-                steps = [p["step"] for p in page if isinstance(p.get("step"), int)]
-                if len(page) < 1000 or not steps or max(steps) <= after_step:
+                for point in page:
+                    key = (point.get("name"), point.get("step"), point.get("phase"))
+                    if key not in seen:
+                        seen.add(key)
+                        points.append(point)
+                following = next_after_step(page, after_step, 1000)
+                if len(page) < 1000 or following <= after_step:
                     break
-                after_step = max(steps)
+                after_step = following
         if name:
             points = [p for p in points if p.get("name") == name]
 

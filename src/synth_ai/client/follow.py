@@ -73,6 +73,26 @@ class FollowResult:
         return JobStatus.parse(self.status) == JobStatus.SUCCEEDED
 
 
+EVENTS_PAGE = 200
+METRICS_PAGE = 200
+
+
+def next_after_step(page: list[dict[str, Any]], after_step: int, limit: int) -> int:
+    """Where the next metrics page starts (`after_step`: points with a greater step).
+
+    The highest step of a page may be incomplete: points are written one by one while a job runs, and a full page
+    can end inside a step. So the next page starts just before it (its points are read again; callers drop the
+    ones already seen), and only a full page holding nothing but that step moves past it, so paging always ends.
+    """
+    steps = [p["step"] for p in page if isinstance(p.get("step"), int) and p["step"] >= 0]
+    if not steps:
+        return after_step
+    top = max(steps)
+    if top - 1 > after_step or len(page) < limit:
+        return max(after_step, top - 1)
+    return top
+
+
 def job_flags(jobs: Jobs | None) -> str:
     """The `jobs` command flags that reach the same job again: its family and its backend."""
     if jobs is None:
@@ -106,13 +126,16 @@ def follow_job(
     job: dict[str, Any] = {}
     event_model: str | None = None
     while True:
+        backlog = False  # a full page came back: more is waiting, read it before stopping or sleeping
         try:
             job = jobs.get(job_id)
             status_text = str(job.get("status") or job.get("state") or "").lower()
             if status_text and status_text != last_status:
                 last_status = status_text
                 on_update(Update("status", job))
-            for event in jobs.events(job_id, since_seq=since_seq):
+            seq_before, step_before = since_seq, after_step
+            events = jobs.events(job_id, since_seq=since_seq, limit=EVENTS_PAGE)
+            for event in events:
                 seq = event.get("seq")
                 if isinstance(seq, int):
                     since_seq = max(since_seq, seq)
@@ -121,7 +144,8 @@ def follow_job(
                 data = event.get("data")
                 if isinstance(data, dict) and isinstance(data.get("fine_tuned_model"), str):
                     event_model = data["fine_tuned_model"]
-            for point in jobs.metrics(job_id, after_step=after_step):
+            page = jobs.metrics(job_id, after_step=after_step, limit=METRICS_PAGE)
+            for point in page:
                 step = point.get("step")
                 step = step if isinstance(step, int) else -1
                 key = (str(point.get("name")), step)
@@ -129,7 +153,9 @@ def follow_job(
                     continue
                 seen_metrics.add(key)
                 on_update(Update("metric", point))
-                after_step = max(after_step, step) if step >= 0 else after_step
+            after_step = next_after_step(page, after_step, METRICS_PAGE)
+            backlog = ((len(events) >= EVENTS_PAGE and since_seq > seq_before)
+                       or (len(page) >= METRICS_PAGE and after_step > step_before))
             for entry in jobs.timeline(job_id):
                 key = (str(entry.get("phase")), str(entry.get("created_at")))
                 if key not in seen_timeline:
@@ -145,13 +171,16 @@ def follow_job(
                     details={"job_id": job_id}) from None
         parsed = JobStatus.parse(last_status)
         if (parsed is not None and parsed.terminal) or terminal is not None:
+            if backlog:
+                continue  # the job has ended; show the rest of what it wrote before the final answer
             break
         if clock() >= deadline:
             raise DeadlineError(
                 f"Job {job_id} is still {last_status or 'pending'} after {timeout:g} s (--poll-timeout).",
                 hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
                 details={"job_id": job_id, "status": last_status})
-        sleep(max(0.0, min(interval, deadline - clock())))
+        if not backlog:
+            sleep(max(0.0, min(interval, deadline - clock())))
 
     # Confirm the end over REST: the status payload is the source of truth for fine_tuned_model.
     try:
