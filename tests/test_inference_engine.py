@@ -235,6 +235,15 @@ def test_image_input_to_the_vl_model(engine: Any) -> None:
     assert isinstance(with_image["choices"][0]["message"]["content"], str)
     with pytest.raises(InvalidInputError, match="accepts text only"):
         ask(engine, TEXT, parts, temperature=0)
+    # pictures that decode to more pixels than a request may hold are refused before decoding (memory stays flat)
+    from PIL import Image
+
+    from synth_ai.backend.inference.engine import MAX_REQUEST_PIXELS
+
+    big = png_data_url(Image.new("RGB", (8192, 4096)))  # a few hundred KB that decode to 32M pixels
+    many = [{"type": "image_url", "image_url": {"url": big}}] * (MAX_REQUEST_PIXELS // (8192 * 4096) + 1)
+    with pytest.raises(InvalidInputError, match="pixels"):
+        ask(engine, VL, [*many, {"type": "text", "text": "hi"}], max_tokens=1)
     remote = [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]
     with pytest.raises(InvalidInputError, match="remote image URLs are refused"):
         ask(engine, VL, remote)

@@ -33,6 +33,7 @@ from synth_ai.errors import InvalidInputError, NotFoundError
 
 MAX_N = 16
 MAX_STOP = 4
+MAX_REQUEST_PIXELS = 64 * 1024 * 1024  # decoded image pixels in one request, all images together
 MAX_STOP_CHARS = 1024  # generate's stop-string matcher costs time in proportion to the string's length
 DEFAULT_MAX_TOKENS = 256
 MAX_TOKENS_CAP = 32768
@@ -357,6 +358,7 @@ def _prepare_messages(messages: list[dict[str, Any]], loaded: LoadedModel) -> tu
 
     allow_remote = env_flag("SYNTH_INFERENCE_ALLOW_REMOTE_IMAGES")
     images: list[Any] = []
+    pixels_left = MAX_REQUEST_PIXELS
     out = []
     for i, message in enumerate(messages):
         message = dict(message)
@@ -377,7 +379,10 @@ def _prepare_messages(messages: list[dict[str, Any]], loaded: LoadedModel) -> tu
                 if not loaded.vision:
                     raise InvalidInputError(f"messages[{i}] has an image, but {loaded.model_id} accepts text only.",
                                             hint="Use a Qwen3-VL model (e.g. synth-ai/tiny-qwen3-vl) for images.")
-                images.append(load_image(url, allow_remote=allow_remote, where=f"messages[{i}].content[{j}]"))
+                image = load_image(url, allow_remote=allow_remote, where=f"messages[{i}].content[{j}]",
+                                   max_pixels=pixels_left)
+                pixels_left -= image.size[0] * image.size[1]
+                images.append(image)
                 parts.append({"type": "image"})
             message["content"] = parts if loaded.vision else "".join(p["text"] for p in parts)
         if message.get("tool_calls"):

@@ -49,8 +49,9 @@ def is_image_part(part: Any) -> bool:
     return image_url_of(part) is not None
 
 
-def load_image(url: str, *, allow_remote: bool, where: str = "image") -> Any:
-    """Decode or fetch one image; returns a `PIL.Image.Image` in RGB mode."""
+def load_image(url: str, *, allow_remote: bool, where: str = "image", max_pixels: int | None = None) -> Any:
+    """Decode or fetch one image; returns a `PIL.Image.Image` in RGB mode. With `max_pixels`, an image declaring
+    more pixels is refused before it is decoded (a small, well-compressed file can decode to gigabytes)."""
     from PIL import Image, UnidentifiedImageError
 
     url = (url or "").strip()
@@ -84,6 +85,11 @@ def load_image(url: str, *, allow_remote: bool, where: str = "image") -> Any:
         raise InvalidInputError(f"{where}: the image is {len(raw)} bytes; the limit is {MAX_IMAGE_BYTES}.")
     try:
         image = Image.open(io.BytesIO(raw))
+        width, height = image.size
+        if max_pixels is not None and width * height > max_pixels:
+            raise InvalidInputError(f"{where}: the image is {width}x{height} = {width * height} pixels; at most "
+                                    f"{max_pixels} more pixels are accepted in this request.",
+                                    hint="Downscale the image(s) before sending them.")
         image.load()
     except (UnidentifiedImageError, OSError) as exc:
         raise InvalidInputError(f"{where}: the image could not be decoded ({exc}).") from exc
