@@ -169,3 +169,17 @@ def test_a_command_run_builds_only_its_module() -> None:
     assert len(build_command(["--help"]).commands) > 5
     unknown = run_cli("no-such-command")
     assert unknown.exit_code == 2 and "No such command" in unknown.stderr
+
+
+def test_models_list_still_lists_the_registry_when_the_configured_backend_is_unusable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import free_port
+
+    monkeypatch.setenv("BACKEND_BASE_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("SYNTH_API_KEY", "sk_test_models_list_0000000000")
+    result = run_cli("--json", "models", "list")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert any(m["id"] == "Qwen/Qwen3-4B" for m in result.json()["models"])
+    assert "not listed" in result.stderr
+    explicit = run_cli("models", "list", "--backend", f"http://127.0.0.1:{free_port()}")
+    assert explicit.exit_code == 5

@@ -415,3 +415,16 @@ def test_train_starts_the_embedded_backend_when_none_answers(tmp_path_factory: p
     finally:
         stopped = run_cli("backend", "stop")
     assert stopped.exit_code == 0
+
+
+def test_rerun_says_it_found_the_earlier_job_and_a_new_key_trains_again(backend: BackendProcess,
+                                                                        key_env: str) -> None:
+    first = _train(backend, "--no-poll", "--json")
+    second = _train(backend, "--no-poll", "--json")
+    assert first.exit_code == second.exit_code == 0, second.stdout + second.stderr
+    assert json.loads(first.stdout)["job_id"] == json.loads(second.stdout)["job_id"]
+    assert "Same job as an earlier run of this command" in second.stderr
+    third = _train(backend, "--no-poll", "--json", "--idempotency", "deliberately-new-run")
+    assert third.exit_code == 0
+    assert json.loads(third.stdout)["job_id"] != json.loads(first.stdout)["job_id"]
+    assert "✓ Job created" in third.stderr

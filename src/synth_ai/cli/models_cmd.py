@@ -82,6 +82,7 @@ def _fine_tuned_models(out, backend_flag: str | None) -> tuple[list[dict], str |
     """Fine-tuned models from `--backend`, or from the embedded backend when one runs here (never started)."""
     from synth_ai.client.connect import open_api
     from synth_ai.env.backend_url import resolve_backend
+    from synth_ai.errors import SynthError
 
     target = resolve_backend(backend_flag)
     if backend_flag is None and target.embedded:
@@ -89,9 +90,15 @@ def _fine_tuned_models(out, backend_flag: str | None) -> tuple[list[dict], str |
 
         if find_local_backend() is None:
             return [], None
-    api, target = open_api(target, say=out.info, autostart=False)
-    with api.transport:
-        doc = api.models()
+    try:
+        api, target = open_api(target, say=out.info, autostart=False)
+        with api.transport:
+            doc = api.models()
+    except SynthError as exc:
+        if backend_flag is not None:  # asked for explicitly: its failure is the command's failure
+            raise
+        out.warn(f"fine-tuned models of {target.api_base} not listed: {exc.message}")
+        return [], None
     rows = doc.get("data", []) if isinstance(doc, dict) else list(doc or [])
     return [r for r in rows if r.get("kind") == "fine_tuned" or str(r.get("id", "")).startswith(
         ("ft:", "fft:", "qft:", "rl:"))], target.api_base

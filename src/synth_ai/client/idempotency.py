@@ -58,6 +58,11 @@ class IdempotencyStore:
             self._write(data)
         return str(entry["key"])
 
+    def has(self, fingerprint_: str) -> bool:
+        """Whether an earlier run already stored a key for this operation (so the backend may answer with what
+        that run created)."""
+        return fingerprint_ in self._read()
+
     def forget(self, *fingerprints: str) -> None:
         data = self._read()
         if any(f in data for f in fingerprints):

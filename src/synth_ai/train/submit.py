@@ -105,15 +105,27 @@ def _submit_sft(prepared, api: SynthAPI, *, idempotency, examples, hooks: Hooks,
     create_fp = fingerprint("sft.create", api_base, payload)
     fingerprints.append(create_fp)
     hooks.say(f"Creating the job: POST {api.transport.url('/learning/jobs')}")
+    earlier = idempotency is None and store.has(create_fp)
     created = api.sft.create(payload, idempotency_key=store.key_for(create_fp, explicit=idempotency))
     job_id = job_id_of(created, api.transport.url("/learning/jobs"))
-    hooks.say(f"✓ Job created (id={job_id})")
+    _say_created(hooks, job_id, created, earlier)
     start_fp = fingerprint("sft.start", api_base, job_id)
     fingerprints.append(start_fp)
     api.sft.start(job_id, idempotency_key=store.key_for(start_fp))
     hooks.say("✓ Job started")
     return Submitted("sft", job_id, api_base, job=created if isinstance(created, dict) else {}, files=files,
                      fingerprints=fingerprints)
+
+
+def _say_created(hooks: Hooks, job_id: str, created: Any, earlier: bool) -> None:
+    """A re-run of the same command gets the job its first run created (that is what the idempotency key is for);
+    say so, rather than claim a new job."""
+    if not earlier:
+        hooks.say(f"✓ Job created (id={job_id})")
+        return
+    status = created.get("status", "unknown") if isinstance(created, dict) else "unknown"
+    hooks.say(f"✓ Same job as an earlier run of this command (id={job_id}, status={status}); to train again "
+              "instead, pass --idempotency with a new key")
 
 
 def _upload(api: SynthAPI, path: Path, sha256: str | None, label: str, hooks: Hooks, store: IdempotencyStore,
@@ -185,8 +197,9 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
     payload = build_rl_payload(config, api_base=api.transport.api_base)
     create_fp = fingerprint("rl.create", api.transport.api_base, payload)
     hooks.say(f"Creating the job: POST {api.transport.url('/rl/jobs')}")
+    earlier = idempotency is None and store.has(create_fp)
     created = api.rl.create(payload, idempotency_key=store.key_for(create_fp, explicit=idempotency))
     job_id = job_id_of(created, api.transport.url("/rl/jobs"))
-    hooks.say(f"✓ Job created (id={job_id})")
+    _say_created(hooks, job_id, created, earlier)
     return Submitted("rl", job_id, api.transport.api_base, job=created if isinstance(created, dict) else {},
                      fingerprints=[create_fp])
