@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from backend_support import BackendProcess, chat_jsonl, sft_body, upload
+from starlette.requests import Request
 from taskapp_support import ENV_KEY, running_app
 
 LIMIT = 1024 * 1024  # the module's server refuses uploads over 1 MiB
@@ -329,3 +330,68 @@ def test_cli_status_start_stop(cli, tmp_path):
     assert stopped.json()["was_running"] is True
     assert cli("backend", "status", "--json").json()["running"] is False
     assert Path(doc["log_file"]).exists()
+
+
+def test_verify_task_app_hides_key_fragments_and_follows_no_redirect(api):
+    """A synth-ai 0.2.17 task app answers a wrong key with the first 15 characters of its keys; the backend's
+    report must not pass them on, and a redirect must not carry the keys to another host."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, RedirectResponse
+
+    leaky = FastAPI()
+    seen_elsewhere: list[str] = []
+
+    @leaky.get("/health")
+    def health() -> JSONResponse:
+        return JSONResponse({"detail": {"error": {"code": "unauthorised", "allowed_first15": [ENV_KEY[:15]],
+                                                  "got_first15": [ENV_KEY[:15]], "note": f"key {ENV_KEY}"}}},
+                            status_code=400)
+
+    elsewhere = FastAPI()
+
+    @elsewhere.get("/task_info")
+    def stolen(request: Request) -> dict:
+        seen_elsewhere.append(request.headers.get("x-api-key", ""))
+        return {}
+
+    with running_app(elsewhere) as other:
+        redirecting = FastAPI()
+
+        @redirecting.get("/health")
+        def ok() -> dict:
+            return {"healthy": True}
+
+        @redirecting.get("/task_info")
+        def moved() -> RedirectResponse:
+            return RedirectResponse(f"{other}/task_info")
+
+        with running_app(leaky) as base:
+            doc = api.post("/rl/verify_task_app", json={"endpoint_base_url": base}).json()
+        with running_app(redirecting) as base:
+            redirected = api.post("/rl/verify_task_app", json={"endpoint_base_url": base}).json()
+    text = json.dumps(doc)
+    assert doc["any_ok"] is False
+    assert ENV_KEY[:15] not in text and ENV_KEY not in text
+    assert redirected["any_ok"] is False
+    assert seen_elsewhere == [], "the keys were sent to the host a redirect named"
+
+
+def test_an_unexpected_error_never_echoes_a_key(tmp_path):
+    """The generic 500 answer quotes the exception; any key the backend knows is masked in it."""
+    from starlette.testclient import TestClient
+
+    from synth_ai.backend.app import create_app
+    from synth_ai.backend.auth import default_key
+    from synth_ai.backend.settings import BackendSettings
+
+    app = create_app(BackendSettings.load(data_dir=tmp_path / "data"))
+
+    @app.get("/api/boom")
+    def boom() -> None:
+        raise RuntimeError(f"could not use {default_key(tmp_path / 'data')}")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        key = default_key(tmp_path / "data")
+        response = client.get("/api/boom", headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code == 500
+    assert "could not use" in response.text and key not in response.text

@@ -159,3 +159,16 @@ def test_registry_aliases():
         TaskAppConfig(app_id="", name="", description="", base_task_info={"task": {"id": "t", "name": "t"},
                                                                           "environment": "e"},
                       describe_taskset=dict, provide_task_instances=list, rollout=lambda r, q: None)
+
+
+def test_tool_calls_of_tolerates_a_misbehaving_model_server() -> None:
+    from synth_ai.taskapp.inference import tool_calls_of
+
+    for broken in ({"choices": "nope"}, {"choices": [None]}, {"choices": [{"message": "text"}]},
+                   {"choices": [{"message": {"tool_calls": "x"}}]},
+                   {"choices": [{"message": {"tool_calls": [None, 3, {"function": "f"}]}}]}):
+        calls = tool_calls_of(broken)
+        assert isinstance(calls, list)
+    good = {"choices": [{"message": {"tool_calls": [7, {"id": "c1", "function": {"name": "math_submit",
+                                                                                  "arguments": "{\"answer\": \"4\"}"}}]}}]}
+    assert tool_calls_of(good) == [{"id": "c1", "name": "math_submit", "arguments": {"answer": "4"}}]

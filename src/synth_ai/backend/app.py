@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from synth_ai import __version__
-from synth_ai.backend.auth import KeyChecker, bearer_token, ensure_keys
+from synth_ai.backend.auth import KeyChecker, accepted_keys, bearer_token, ensure_keys, environment_keys
 from synth_ai.backend.db import Database
 from synth_ai.backend.errors import ApiError, error_body
 from synth_ai.backend.files import FileService
@@ -27,6 +27,7 @@ from synth_ai.backend.jobs import JobStore
 from synth_ai.backend.settings import BackendSettings
 from synth_ai.backend.storage import BlobStore
 from synth_ai.backend.workers import Scheduler
+from synth_ai.env.secrets import redact, secret_values
 
 log = logging.getLogger("synth_ai.backend")
 
@@ -151,7 +152,10 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error in %s %s", request.method, request.url.path)
-        return JSONResponse(error_body("internal", f"Internal error: {type(exc).__name__}: {exc}",
+        # The exception text may quote anything, keys included: scrub every secret this backend knows.
+        known = [*secret_values(), *accepted_keys(settings.data_dir), *environment_keys(settings.data_dir)]
+        text = redact(str(exc), sorted(set(known), key=len, reverse=True))
+        return JSONResponse(error_body("internal", f"Internal error: {type(exc).__name__}: {text}",
                                        hint="This is a bug in the synth-ai backend; the log has the traceback."),
                             status_code=500)
 

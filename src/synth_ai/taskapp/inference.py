@@ -204,10 +204,15 @@ _TOOL_CALL_BLOCK = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTA
 def tool_calls_of(completion: dict[str, Any]) -> list[dict[str, Any]]:
     """`[{"id", "name", "arguments": dict}]` from the first choice. Arguments that are not valid JSON come back as
     `{"_raw": text}` so the app can decide (and report) rather than crash."""
-    message = (completion.get("choices") or [{}])[0].get("message") or {}
+    choices = completion.get("choices") if isinstance(completion.get("choices"), list) else []
+    first = choices[0] if choices and isinstance(choices[0], dict) else {}
+    message = first.get("message") if isinstance(first.get("message"), dict) else {}
     calls: list[dict[str, Any]] = []
-    for index, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") or {}
+    tool_calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+    for index, call in enumerate(tool_calls):
+        if not isinstance(call, dict):  # a misbehaving model server: skip what is not a tool call
+            continue
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
         calls.append({"id": call.get("id") or f"call_{index}", "name": function.get("name"),
                       "arguments": _arguments(function.get("arguments"))})
     if calls:

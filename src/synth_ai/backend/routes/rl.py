@@ -21,7 +21,7 @@ from synth_ai.backend.db import MAX_INTEGER
 from synth_ai.backend.errors import ApiError
 from synth_ai.backend.payloads import check_rl_body
 from synth_ai.backend.routes.jobs_common import add_job_routes, idempotent_create, list_jobs_doc, replay
-from synth_ai.env.secrets import mask_secret
+from synth_ai.env.secrets import mask_secret, redact
 
 router = APIRouter(tags=["rl"])
 
@@ -84,13 +84,24 @@ def _headers(style: str, key: str, all_keys: list[str]) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def _snippet(response: httpx.Response) -> Any:
+def _snippet(response: httpx.Response, keys: list[str]) -> Any:
+    """The start of a task app's answer, for the report; key fragments in it (a 0.2.17 app's `allowed_first15`,
+    `got_first15`, `expected_prefix`) are hidden, and any whole key the backend knows is masked."""
     try:
-        body = response.json()
+        body = _without_key_fragments(response.json())
     except ValueError:
-        return response.text[:300]
-    text = str(body)
-    return body if len(text) <= 600 else text[:600]
+        return redact(response.text[:300], keys)
+    text = redact(str(body), keys)
+    return body if len(text) <= 600 and text == str(body) else text[:600]
+
+
+def _without_key_fragments(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: "<hidden>" if ("first15" in str(k) or "prefix" in str(k)) else _without_key_fragments(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_key_fragments(v) for v in value]
+    return value
 
 
 def _health_ok(response: httpx.Response) -> bool:
@@ -118,7 +129,8 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
     keys = environment_keys(backend.settings.data_dir)[:MAX_CANDIDATES]
     attempts: list[dict[str, Any]] = []
     any_ok = False
-    async with httpx.AsyncClient(timeout=VERIFY_TIMEOUT_S, follow_redirects=True) as client:
+    # No redirects: they would carry the keys in X-API-Key to whatever host the task app names.
+    async with httpx.AsyncClient(timeout=VERIFY_TIMEOUT_S, follow_redirects=False) as client:
         plans: list[tuple[str, str | None]] = [(style, key) for key in keys for style in HEADER_STYLES] or [
             ("none", None)]
         for style, key in plans:
@@ -137,7 +149,7 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
                 ok = _health_ok(response) if path == "/health" else response.status_code == 200
                 attempt.update({"status": response.status_code, "ok": ok})
                 if not ok:
-                    attempt["body"] = _snippet(response)
+                    attempt["body"] = _snippet(response, keys)
                 attempts.append(attempt)
                 results.append(ok)
                 if not ok:
