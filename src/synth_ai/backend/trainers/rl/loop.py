@@ -62,7 +62,7 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     start = int(state.get("iteration", 0))
     engine = LocalPolicyServer(trainer.served(), seed=settings.seed,
                                share_weights=settings.weight_sync_interval == 1,
-                               max_images=settings.max_images_per_step)
+                               max_images=settings.max_images_per_step, cid_prefix=f"{settings.job_id}-")
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
     runner = RolloutRunner(settings, engine, api_key, should_stop)
