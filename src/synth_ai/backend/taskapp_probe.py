@@ -19,6 +19,7 @@ from synth_ai.env.secrets import redact
 
 PROBE_TIMEOUT_S = 10.0
 HEADER_STYLES = ("X-API-Key", "X-API-Keys", "Authorization")
+SHORT_FIX = " Fix: `synth-ai setup --local`, or start the app with `synth-ai serve` (it shares its key)."
 FIX_HINT = ("Give the backend the task app's key: `synth-ai setup --local` (registers the key in your .env with the "
             "embedded backend), or start the task app with `synth-ai serve` / `synth-ai deploy` (they upload it "
             "sealed), or run `synth-ai train --env-file <.env with ENVIRONMENT_API_KEY=...>` (train uploads it).")
@@ -91,7 +92,7 @@ def require_usable_task_app(base_url: str, known: list[KnownKey], *, timeout: fl
     if not known:
         raise ApiError(400, "missing_environment_api_key",
                        f"This backend knows no ENVIRONMENT_API_KEY, so its RL worker could not call the task app at "
-                       f"{base}.", hint=FIX_HINT, details={"task_url": base, "keys_tried": []})
+                       f"{base}." + SHORT_FIX, hint=FIX_HINT, details={"task_url": base, "keys_tried": []})
     values = [k.value for k in known]
     result = ProbeResult(None)
     with httpx.Client(timeout=timeout, follow_redirects=False, transport=transport) as client:
@@ -126,5 +127,5 @@ def require_usable_task_app(base_url: str, known: list[KnownKey], *, timeout: fl
             attempt["answer"] = snippet(response, values)
     raise ApiError(400, "task_app_auth_failed",
                    f"The task app at {base} refused every ENVIRONMENT_API_KEY this backend knows "
-                   f"(tried: {', '.join(tried)}).", hint=FIX_HINT,
+                   f"(tried: {', '.join(tried)})." + SHORT_FIX, hint=FIX_HINT,
                    details={"task_url": base, "keys_tried": tried, "attempts": result.attempts})
