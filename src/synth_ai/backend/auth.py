@@ -166,7 +166,11 @@ def bearer_token(authorization: str | None) -> str | None:
 # Environment keys (for verify_task_app, create-time probes and the RL worker) -----------------------------------
 ENV_KEY_NAMES = ("ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "dev_environment_api_key")
 UPLOADED = "upload"  # `source` of a key that arrived sealed through POST /api/v1/env-keys
+WITH_JOB = "job"  # `source` of a key sent inside an RL create body (kept out of the stored payload)
+SETUP = "setup"  # `source` of a key `synth-ai setup --local` registered
 MAX_UPLOADED = 8
+_ORIGINS = {UPLOADED: "uploaded sealed (serve/deploy/train)", WITH_JOB: "sent with an RL job",
+            SETUP: "registered by `synth-ai setup --local`"}
 
 
 @dataclass(frozen=True)
@@ -187,12 +191,12 @@ def env_keys_path(data_dir: Path | None = None) -> Path:
     return _data_dir(data_dir) / ENV_KEYS_FILE
 
 
-def register_environment_key(key: str, *, name: str = "ENVIRONMENT_API_KEY", source: str = "setup",
+def register_environment_key(key: str, *, name: str = "ENVIRONMENT_API_KEY", source: str = SETUP,
                              data_dir: Path | None = None) -> dict[str, Any]:
     """Remember an ENVIRONMENT_API_KEY so the backend can present it to task apps; returns the stored entry without
-    its value. Uploads go first (the newest is the likeliest to be right) and only the newest `MAX_UPLOADED` are
-    kept: several task apps with different keys can be served at once, so an upload does not replace the others;
-    keys registered by `setup --local` are kept."""
+    its value. Uploads (and keys sent with jobs) go first, the newest is the likeliest to be right, and only the
+    newest `MAX_UPLOADED` are kept: several task apps with different keys can be served at once, so an upload does
+    not replace the others; keys registered by `setup --local` are all kept."""
     path = env_keys_path(data_dir)
     now = _utcnow()
     with _file_lock:
@@ -206,9 +210,9 @@ def register_environment_key(key: str, *, name: str = "ENVIRONMENT_API_KEY", sou
             entries.remove(existing)
         existing.setdefault("id", "envkey_" + secrets.token_hex(6))
         existing["updated_at"] = now
-        if source == UPLOADED:
-            uploads = [e for e in entries if e.get("source") == UPLOADED][:MAX_UPLOADED - 1]
-            others = [e for e in entries if e.get("source") != UPLOADED]
+        if existing.get("source", SETUP) != SETUP:
+            uploads = [e for e in entries if e.get("source", SETUP) != SETUP][:MAX_UPLOADED - 1]
+            others = [e for e in entries if e.get("source", SETUP) == SETUP]
             entries = [existing, *uploads, *others]
         else:
             entries.append(existing)
@@ -236,9 +240,7 @@ def known_environment_keys(data_dir: Path | None = None, environ: dict[str, str]
         if alias.strip():
             found.append(KnownKey(alias.strip(), "backend env ENVIRONMENT_API_KEY_ALIASES"))
     for entry in stored_environment_keys(data_dir):
-        origin = ("uploaded sealed (serve/deploy/train)" if entry.get("source") == UPLOADED
-                  else "registered by `synth-ai setup --local`")
-        found.append(KnownKey(str(entry["key"]), origin))
+        found.append(KnownKey(str(entry["key"]), _ORIGINS.get(str(entry.get("source", SETUP)), _ORIGINS[SETUP])))
     unique: list[KnownKey] = []
     for key in found:
         if key.value not in {k.value for k in unique}:

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from synth_ai.backend import jobs as J
 from synth_ai.backend.app import get_backend
-from synth_ai.backend.auth import environment_keys, known_environment_keys
+from synth_ai.backend.auth import WITH_JOB, environment_keys, known_environment_keys, register_environment_key
 from synth_ai.backend.db import MAX_INTEGER
 from synth_ai.backend.errors import ApiError
 from synth_ai.backend.payloads import check_rl_body
@@ -52,6 +52,7 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
                        hint="Run RL on the hosted Synth backend (--backend https://agent-learning.onrender.com), or "
                             "use SFT here (synth-ai train --type sft).",
                        details={"model": clean["data"].get("base_model") or clean["data"].get("model")})
+    _keep_key_out_of_payload(clean, backend.settings.data_dir)
     data = clean["data"]
     model = data.get("base_model") or data.get("model")
     # Refuse now what the worker would fail on minutes later: no key, every key refused, nothing listening.
@@ -67,6 +68,15 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     response = idempotent_create(backend, request, body, create, "POST /rl/jobs")
     backend.scheduler.wake()
     return response
+
+
+def _keep_key_out_of_payload(clean: dict[str, Any], data_dir) -> None:
+    """An `environment_api_key` sent in the body (top level or in `data`) joins the keys the backend knows and is
+    dropped from what is stored: job payloads are readable through `/rl/jobs/{id}/config`."""
+    for holder in (clean, clean["data"]):
+        key = holder.pop("environment_api_key", None)
+        if isinstance(key, str) and key.strip():
+            register_environment_key(key.strip(), source=WITH_JOB, data_dir=data_dir)
 
 
 @router.get("/rl/jobs")
