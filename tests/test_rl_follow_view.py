@@ -100,3 +100,31 @@ def test_chart_draws_reward_and_loss(backend, monkeypatch):
     assert "▁▅█" in final_panel  # rewards rise: lowest, middle, highest
     assert "█▄▁" in final_panel  # losses fall
     assert "Final status: succeeded" in out
+
+
+def test_the_jobs_end_decides_not_the_trainers_last_event(backend, monkeypatch):
+    """`rl.train.completed` (a terminal event for 0.2.17's streamer) comes before the worker records the job's end;
+    when the job then fails, the follower says failed (exit 6), not succeeded."""
+    monkeypatch.setenv("SYNTH_API_KEY", backend.key)
+    store = J.JobStore(Database(backend.data_dir / "backend" / "backend.sqlite3"))
+    with store.db.tx() as conn:
+        job_id = store.insert(conn, kind="rl", training_type="rl_online", model="synth-ai/tiny-qwen3",
+                              payload={"job_type": "rl"}, files=[], prefix="rljob")
+    store.transition(job_id, "running", only_from={"created"})
+
+    def finish() -> None:
+        time.sleep(0.5)
+        store.add_event(job_id, "rl.train.completed", "GSPO finished: rl:x", {"fine_tuned_model": "rl:x"})
+        time.sleep(1.0)  # the worker is still saving the model when the follower sees the event
+        store.transition(job_id, "failed", only_from={"running"}, error="saving the model failed: disk full",
+                         event=(J.EV_FAILED, "Job failed: saving the model failed: disk full", None, "error"))
+
+    worker = threading.Thread(target=finish)
+    worker.start()
+    try:
+        result = run_cli("jobs", "events", job_id, "--follow", "--kind", "rl", "--poll-interval", "0.05",
+                         "--backend", backend.url)
+    finally:
+        worker.join()
+    assert result.exit_code == 6, result.stdout + result.stderr
+    assert "ended failed: saving the model failed: disk full" in result.stderr
