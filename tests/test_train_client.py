@@ -284,6 +284,7 @@ def test_rl_path_verifies_checks_and_reaches_the_backend(backend: BackendProcess
                      "--backend", backend.url, "--no-poll")
     assert "Verification OK" in result.stdout, result.stdout + result.stderr
     assert "Task app healthy" in result.stdout
+    assert "Sharing ENVIRONMENT_API_KEY (sk_e…ef) with the backend, sealed" in result.stdout
     assert "Creating the job: POST" in result.stdout
     # The embedded backend does not run RL yet: it answers 501, which the client reports as unavailable.
     assert result.exit_code == 10
@@ -305,9 +306,10 @@ def test_rl_with_a_dead_task_app_is_refused_before_any_job(backend: BackendProce
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     result = run_cli("train", "--type", "rl", "--config", str(RL_CONFIG), "--task-url",
                      f"http://127.0.0.1:{free_port()}", "--backend", backend.url, "--no-poll")
-    assert result.exit_code == 4, result.stdout + result.stderr
-    assert "could not use the task app" in result.stderr
-    assert "Creating the job" not in result.stdout
+    # checked locally first (nothing listens: a network error), so no key is shared and no job is created
+    assert result.exit_code == 5, result.stdout + result.stderr
+    assert "Task app check failed: health" in result.stderr
+    assert "Sharing ENVIRONMENT_API_KEY" not in result.stdout and "Creating the job" not in result.stdout
 
 
 def test_chart_stream_format_follows_to_the_end(backend: BackendProcess, key_env: str) -> None:

@@ -163,10 +163,10 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
     def health() -> dict[str, Any]:
         return {"status": "ok", "service": "synth-ai-backend", "version": __version__}
 
-    from synth_ai.backend.routes import files, inference, learning, rl
+    from synth_ai.backend.routes import env_keys, files, inference, learning, rl
 
     api_deps = [Depends(require_auth)]
-    for module in (files, learning, rl, inference):
+    for module in (files, learning, rl, inference, env_keys):
         app.include_router(module.router, prefix="/api", dependencies=api_deps)
 
     @app.get("/api/health", dependencies=api_deps, include_in_schema=False)

@@ -8,9 +8,11 @@ The first start creates it with one key, the default; `create_key()` adds more (
 `default_key()` is what a client on this machine uses to talk to the embedded backend. The server re-reads the
 file when it changes, so a key added while it runs is accepted at once.
 
-`<data dir>/env_keys.json` (0600) lists ENVIRONMENT_API_KEY values registered with the backend
-(`register_environment_key`); `environment_keys()` adds the process environment's and is what
-`POST /api/rl/verify_task_app` tries against a task app.
+`<data dir>/env_keys.json` (0600) lists ENVIRONMENT_API_KEY values registered with the backend: by
+`synth-ai setup --local`, or uploaded sealed through `POST /api/v1/env-keys` (`serve`, `deploy`, `train`; see
+`backend/sealed_keys.py`). `known_environment_keys()` / `environment_keys()` add the process environment's: that is
+every key the backend knows, what `POST /api/rl/verify_task_app`, the create-time probe of `POST /api/rl/jobs` and
+the RL worker try against a task app.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import os
 import secrets
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,36 +163,91 @@ def bearer_token(authorization: str | None) -> str | None:
     return value.strip() or None
 
 
-# Environment keys (for verify_task_app) -----------------------------------------------------------------------
+# Environment keys (for verify_task_app, create-time probes and the RL worker) -----------------------------------
 ENV_KEY_NAMES = ("ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "dev_environment_api_key")
+UPLOADED = "upload"  # `source` of a key that arrived sealed through POST /api/v1/env-keys
+WITH_JOB = "job"  # `source` of a key sent inside an RL create body (kept out of the stored payload)
+SETUP = "setup"  # `source` of a key `synth-ai setup --local` registered
+MAX_UPLOADED = 8
+_ORIGINS = {UPLOADED: "uploaded sealed (serve/deploy/train)", WITH_JOB: "sent with an RL job",
+            SETUP: "registered by `synth-ai setup --local`"}
 
 
-def register_environment_key(key: str, *, name: str = "ENVIRONMENT_API_KEY", data_dir: Path | None = None) -> None:
-    """Remember an ENVIRONMENT_API_KEY so verify_task_app can present it to task apps."""
-    path = _data_dir(data_dir) / ENV_KEYS_FILE
+@dataclass(frozen=True)
+class KnownKey:
+    """An ENVIRONMENT_API_KEY the backend can present to task apps, and where it learned it (for messages that
+    say which key was tried without showing it)."""
+
+    value: str
+    origin: str  # "env ENVIRONMENT_API_KEY", "uploaded (serve/deploy/train)", "registered (setup --local)", ...
+
+    def describe(self) -> str:
+        from synth_ai.env.secrets import mask_secret
+
+        return f"{mask_secret(self.value)} ({self.origin})"
+
+
+def env_keys_path(data_dir: Path | None = None) -> Path:
+    return _data_dir(data_dir) / ENV_KEYS_FILE
+
+
+def register_environment_key(key: str, *, name: str = "ENVIRONMENT_API_KEY", source: str = SETUP,
+                             data_dir: Path | None = None) -> dict[str, Any]:
+    """Remember an ENVIRONMENT_API_KEY so the backend can present it to task apps; returns the stored entry without
+    its value. Uploads (and keys sent with jobs) go first, the newest is the likeliest to be right, and only the
+    newest `MAX_UPLOADED` are kept: several task apps with different keys can be served at once, so an upload does
+    not replace the others; keys registered by `setup --local` are all kept."""
+    path = env_keys_path(data_dir)
+    now = _utcnow()
     with _file_lock:
         doc = _read(path)
         entries = [e for e in doc.get("keys", []) if isinstance(e, dict) and e.get("key")]
-        if key not in {e["key"] for e in entries}:
-            entries.append({"key": key, "name": name, "created_at": _utcnow()})
+        existing = next((e for e in entries if e["key"] == key), None)
+        if existing is None:
+            existing = {"id": "envkey_" + secrets.token_hex(6), "key": key, "name": name, "source": source,
+                        "created_at": now}
+        else:
+            entries.remove(existing)
+        existing.setdefault("id", "envkey_" + secrets.token_hex(6))
+        existing["updated_at"] = now
+        if existing.get("source", SETUP) != SETUP:
+            uploads = [e for e in entries if e.get("source", SETUP) != SETUP][:MAX_UPLOADED - 1]
+            others = [e for e in entries if e.get("source", SETUP) == SETUP]
+            entries = [existing, *uploads, *others]
+        else:
+            entries.append(existing)
         _write(path, {"keys": entries})
+        return {k: v for k, v in existing.items() if k != "key"}
 
 
-def environment_keys(data_dir: Path | None = None, environ: dict[str, str] | None = None) -> list[str]:
-    """Candidate task-app keys: the environment's (ENVIRONMENT_API_KEY, fallbacks, aliases), then registered ones."""
+def stored_environment_keys(data_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Entries of env_keys.json (values included: callers must not show them)."""
+    doc = _read(env_keys_path(data_dir))
+    return [e for e in doc.get("keys", []) if isinstance(e, dict) and e.get("key")]
+
+
+def known_environment_keys(data_dir: Path | None = None, environ: dict[str, str] | None = None) -> list[KnownKey]:
+    """Every ENVIRONMENT_API_KEY the backend knows, in the order to try them: the backend process's environment
+    (ENVIRONMENT_API_KEY, its fallbacks, ENVIRONMENT_API_KEY_ALIASES), then uploaded keys (newest first), then the
+    ones `synth-ai setup --local` registered. Duplicates appear once."""
     env = os.environ if environ is None else environ
-    found: list[str] = []
+    found: list[KnownKey] = []
     for name in ENV_KEY_NAMES:
         value = env.get(name, "").strip()
         if value:
-            found.append(value)
+            found.append(KnownKey(value, f"backend env {name}"))
     for alias in env.get("ENVIRONMENT_API_KEY_ALIASES", "").split(","):
         if alias.strip():
-            found.append(alias.strip())
-    doc = _read(_data_dir(data_dir) / ENV_KEYS_FILE)
-    found.extend(str(e["key"]) for e in doc.get("keys", []) if isinstance(e, dict) and e.get("key"))
-    unique: list[str] = []
+            found.append(KnownKey(alias.strip(), "backend env ENVIRONMENT_API_KEY_ALIASES"))
+    for entry in stored_environment_keys(data_dir):
+        found.append(KnownKey(str(entry["key"]), _ORIGINS.get(str(entry.get("source", SETUP)), _ORIGINS[SETUP])))
+    unique: list[KnownKey] = []
     for key in found:
-        if key not in unique:
+        if key.value not in {k.value for k in unique}:
             unique.append(key)
     return unique
+
+
+def environment_keys(data_dir: Path | None = None, environ: dict[str, str] | None = None) -> list[str]:
+    """The values of `known_environment_keys`: every task-app key the backend knows, in the order to try them."""
+    return [k.value for k in known_environment_keys(data_dir, environ)]

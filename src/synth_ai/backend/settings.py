@@ -3,7 +3,9 @@
 Every path is under the data dir (`~/.synth-ai/`, or `$SYNTH_AI_HOME`):
 
     backend_keys.json        accepted API keys (0600); the first one is the default key clients use
-    env_keys.json            ENVIRONMENT_API_KEYs known to the backend (0600), used by verify_task_app
+    env_keys.json            ENVIRONMENT_API_KEYs known to the backend (0600): registered by setup --local or
+                             uploaded sealed (POST /api/v1/env-keys); tried against task apps
+    env_key_box.json         the X25519 key pair clients seal env keys to (0600)
     backend/backend.sqlite3  files, jobs, events, metrics, idempotency records (WAL)
     backend/blobs/ab/<sha>   uploaded content, stored once per sha256
     backend/tmp/             uploads in flight (same filesystem as blobs, so the final rename is atomic)

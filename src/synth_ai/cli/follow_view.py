@@ -1,5 +1,6 @@
 """How a followed job looks in the terminal: `[HH:MM:SS]` lines per status, event and metric (`--stream-format
-cli`), or a live loss chart (`chart`). In `--json` mode updates go to stderr as NDJSON so stdout keeps one
+cli`; RL step and eval events show their numbers), or a live chart of loss and, for RL, mean reward and eval return
+(`chart`); then the last value of each headline metric. In `--json` mode updates go to stderr as NDJSON so stdout keeps one
 document."""
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ HIDDEN_EVENTS = {
     "sft.dispatch.selected", "sft.config.prepared", "sft.strategy.selected", "sft.training.args",
 }
 CHART_METRIC = "train.loss"
+# What the chart draws and the final summary reports: SFT's loss, and RL's loss, mean reward and eval return.
+CHART_SERIES = ("train.loss", "loss", "reward.mean", "eval.mean_return")
+SUMMARY_METRICS = ("reward.mean", "eval.mean_return", "loss", "train.loss", "val.loss")
+# RL events whose numbers are the point: shown after the message when it does not already carry them.
+NUMERIC_EVENTS = {"rl.train.step", "rl.eval.summary"}
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
 
@@ -27,15 +33,36 @@ def _stamp() -> str:
     return time.strftime("%H:%M:%S")
 
 
-class LineView:
+class _View:
+    """What every view remembers: the latest value of each metric, for the summary after the job ends."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, tuple[int, float]] = {}
+
+    def remember(self, update: Update) -> None:
+        data = update.data
+        value = data.get("value")
+        if update.kind == "metric" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            step = data.get("step") if isinstance(data.get("step"), int) else -1
+            if step >= self.latest.get(str(data.get("name")), (-2, 0.0))[0]:
+                self.latest[str(data.get("name"))] = (step, float(value))
+
+    def summary(self) -> list[str]:
+        return [f"{name} = {_number(value)} (step {step})" for name in SUMMARY_METRICS
+                if name in self.latest for step, value in [self.latest[name]]]
+
+
+class LineView(_View):
     """One line per update, like the reference's CLI streamer."""
 
     def __init__(self, out: Output, *, show_all_events: bool = False) -> None:
+        super().__init__()
         self.out = out
         self.show_all_events = show_all_events
 
     def __call__(self, update: Update) -> None:
         data = update.data
+        self.remember(update)
         if self.out.json_mode:
             sys.stderr.write(redact(json.dumps({"kind": update.kind, **data}, default=str)) + "\n")
             return
@@ -45,6 +72,8 @@ class LineView:
             if not self.show_all_events and data.get("type") in HIDDEN_EVENTS:
                 return
             line = f"[{data.get('seq')}] {data.get('type')} ({data.get('level', 'info')}): {data.get('message', '')}"
+            if data.get("type") in NUMERIC_EVENTS:
+                line += _numbers_not_in(data.get("data"), str(data.get("message", "")))
         elif update.kind == "metric":
             line = f"{data.get('name')}={_number(data.get('value'))} (step={data.get('step')})"
         else:
@@ -55,40 +84,50 @@ class LineView:
         pass
 
 
-class ChartView:
-    """A live panel with the loss curve (`--stream-format chart`); other updates feed its status line."""
+class ChartView(_View):
+    """A live panel with the loss curve and, for RL, the mean reward and eval return (`--stream-format chart`); other
+    updates feed its status line."""
 
-    def __init__(self, out: Output, metric: str = CHART_METRIC) -> None:
+    def __init__(self, out: Output, series: tuple[str, ...] = CHART_SERIES) -> None:
         from rich.live import Live
 
+        super().__init__()
         self.out = out
-        self.metric = metric
-        self.points: list[tuple[int, float]] = []
+        self.series = series
+        self.points: dict[str, list[tuple[int, float]]] = {name: [] for name in series}
         self.status = "pending"
         self.last_event = ""
-        out.info(f"Using live loss chart (metric={metric})")
+        out.info(f"Using live loss chart (metric={CHART_METRIC}) and reward chart (metric=reward.mean)")
         self.live = Live(self._render(), console=out.out, refresh_per_second=4, transient=False)
         self.live.start()
 
     def __call__(self, update: Update) -> None:
         data = update.data
+        self.remember(update)
         if update.kind == "status":
             self.status = str(data.get("status") or data.get("state"))
         elif update.kind == "event" and data.get("type") not in HIDDEN_EVENTS:
             self.last_event = f"{data.get('type')}: {data.get('message', '')}"
-        elif update.kind == "metric" and data.get("name") == self.metric and isinstance(data.get("value"), (int, float)):
-            self.points.append((int(data.get("step") or 0), float(data["value"])))
+        elif (update.kind == "metric" and data.get("name") in self.points
+              and isinstance(data.get("value"), (int, float))):
+            self.points[str(data["name"])].append((int(data.get("step") or 0), float(data["value"])))
         self.live.update(self._render())
 
     def _render(self) -> Any:
         from rich.panel import Panel
 
-        body = sparkline([v for _, v in self.points[-80:]]) or "(waiting for the first loss value)"
-        if self.points:
-            step, value = self.points[-1]
-            body += f"\nstep {step}: {self.metric} = {_number(value)}   min {_number(min(v for _, v in self.points))}"
+        lines = []
+        for name in self.series:
+            points = self.points[name]
+            if not points:
+                continue
+            step, value = points[-1]
+            values = [v for _, v in points]
+            lines.append(f"{name:<16} {sparkline(values[-80:])}\n{'':<16} step {step}: {_number(value)}   "
+                         f"min {_number(min(values))}   max {_number(max(values))}")
+        body = "\n".join(lines) or "(waiting for the first loss or reward value)"
         body += f"\nstatus: {self.status}" + (f"   last event: {self.last_event}" if self.last_event else "")
-        return Panel(redact(body), title=f"{self.metric}", expand=False)
+        return Panel(redact(body), title="training", expand=False)
 
     def close(self) -> None:
         self.live.stop()
@@ -104,6 +143,15 @@ def sparkline(values: list[float]) -> str:
 
 def _number(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _numbers_not_in(data: Any, message: str, limit: int = 6) -> str:
+    """`  (reward_mean=0.5, loss=0.01)`: an event's numeric fields its message does not already show."""
+    if not isinstance(data, dict):
+        return ""
+    parts = [f"{k}={_number(v)}" for k, v in data.items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and str(k) not in message][:limit]
+    return f"  ({', '.join(parts)})" if parts else ""
 
 
 def make_view(out: Output, stream_format: str):
@@ -139,13 +187,17 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
         view.close()
     if on_end is not None:
         on_end()
-    doc = {"job_id": job_id, "status": result.status, "fine_tuned_model": result.fine_tuned_model, "job": result.job}
+    doc = {"job_id": job_id, "status": result.status, "fine_tuned_model": result.fine_tuned_model, "job": result.job,
+           "last_metrics": {name: {"step": step, "value": value} for name, (step, value) in view.latest.items()
+                            if name in SUMMARY_METRICS}}
     if not result.succeeded:
         reason = result.job.get("error") or result.job.get("failure_reason") or ""
         raise JobFailedError(f"Job {job_id} ended {result.status}{': ' + str(reason) if reason else ''}.",
                              hint=f"See its events: synth-ai jobs events {job_id}{job_flags(jobs)}", details=doc)
 
     def human(o: Output) -> None:
+        for line in view.summary():
+            o.info(line)
         o.info(f"Final status: {result.status}")
         if result.fine_tuned_model:
             o.info(f"fine_tuned_model: {result.fine_tuned_model}")

@@ -115,8 +115,10 @@ def follow_job(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     max_consecutive_errors: int = 5,
+    terminal_grace: float = 30.0,
 ) -> FollowResult:
     deadline = clock() + timeout
+    terminal_seen_at: float | None = None
     since_seq, after_step = 0, -1
     seen_metrics: set[tuple[str, int]] = set()
     seen_timeline: set[tuple[str, str]] = set()
@@ -170,7 +172,13 @@ def follow_job(
                     f"last: {exc.message})", hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
                     details={"job_id": job_id}) from None
         parsed = JobStatus.parse(last_status)
-        if (parsed is not None and parsed.terminal) or terminal is not None:
+        if terminal is not None and terminal_seen_at is None:
+            terminal_seen_at = clock()
+        status_ended = parsed is not None and parsed.terminal
+        # A trainer's terminal event (`rl.train.completed`) comes just before the worker records the job's end
+        # (model registered, status set): wait a little for that, so the exit code is the job's, not the event's.
+        event_ended = terminal_seen_at is not None and clock() - terminal_seen_at >= terminal_grace
+        if status_ended or event_ended:
             if backlog:
                 continue  # the job has ended; show the rest of what it wrote before the final answer
             break
@@ -180,7 +188,8 @@ def follow_job(
                 hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
                 details={"job_id": job_id, "status": last_status})
         if not backlog:
-            sleep(max(0.0, min(interval, deadline - clock())))
+            wait = interval if terminal_seen_at is None else min(interval, 0.5)
+            sleep(max(0.0, min(wait, deadline - clock())))
 
     # Confirm the end over REST: the status payload is the source of truth for fine_tuned_model.
     try:

@@ -31,6 +31,7 @@ from synth_ai.errors import (
     NotFoundError,
     RateLimitError,
     ServerError,
+    SynthError,
     UnavailableError,
 )
 
@@ -237,4 +238,15 @@ def _status_error(method: str, url: str, response: httpx.Response, *, note: str 
     if status >= 500 or status == 408:
         return ServerError(f"The backend failed ({where}){': ' + note if note else ''}: {text}",
                            hint="Retry later; if it persists, check the backend's log.", details=details)
-    return InvalidInputError(f"The backend rejected the request ({where}): {text}", details=details)
+    hint = redact(str(detail["hint"])) if isinstance(detail, dict) and detail.get("hint") else None
+    error_type = _ERRORS_BY_CODE.get(str(detail.get("code", ""))) if isinstance(detail, dict) else None
+    return (error_type or InvalidInputError)(f"The backend rejected the request ({where}): {text}", hint=hint,
+                                             details=details)
+
+
+# 4xx codes whose cause is not the request's shape: a key the task app refuses is an auth problem (exit 4), a task
+# app nobody can reach a network one (exit 5). Codes from `synth_ai.backend.taskapp_probe`.
+_ERRORS_BY_CODE: dict[str, type[SynthError]] = {
+    "missing_environment_api_key": AuthError, "task_app_auth_failed": AuthError, "task_app_has_no_key": AuthError,
+    "task_app_unreachable": NetworkError,
+}

@@ -5,8 +5,9 @@ the Modal app source (`~/.synth-ai/modal/<app name>_modal.py`) → `--dry-run` s
 the exact command → run `modal deploy|serve` under a deadline → read the URL → save `TASK_APP_URL` to the env
 file.
 
-Unlike synth-ai 0.2.17 this never uploads ENVIRONMENT_API_KEY to a Synth backend (its "preflight"): deploying to
-Modal only talks to Modal. See docs/decisions/deploy.md.
+After a successful deploy (or once `modal serve` is up) the app's ENVIRONMENT_API_KEY is shared, sealed, with the
+backend `train` would use, as synth-ai 0.2.17's preflight did, but never with an unconfigured hosted default, never
+on `--dry-run`, and a failure only warns. See docs/decisions/deploy.md.
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ def _execute(request: ModalRequest, plan: ModalPlan, env_files: list[Path], file
                        stop_when_url=request.mode == "serve")
     raise_for_failure(result, command=request.mode)
     summary["command"] = argv
+    summary["env_key_shared"] = _share_key(file_values, out)
     url = result.url
     if request.mode == "deploy":
         url = lookup_web_url(plan.app_name, plan.function_name, env=child_env)
@@ -174,6 +176,18 @@ def _execute(request: ModalRequest, plan: ModalPlan, env_files: list[Path], file
     summary["url"] = url
     summary["env_changes"] = saved
     return summary
+
+
+def _share_key(file_values: dict[str, str], out: Any) -> str:
+    """Hand the deployed app's key, sealed, to the backend `train` would use (warn-only: the app is deployed
+    either way, and `train` shares the key again before creating a job)."""
+    from synth_ai.client.env_keys import share_environment_key
+
+    key = next((v for n in _ENV_KEY_NAMES for v in (file_values.get(n), os.environ.get(n, "").strip()) if v), None)
+    result = share_environment_key(key, say=out.info, warn=out.warn)
+    if result.status == "skipped":
+        out.note(f"[preflight] {result.message}")
+    return result.status
 
 
 def resolve_env_files(explicit: Sequence[str], entry_env_files: Sequence[str], app_dir: Path) -> list[Path]:

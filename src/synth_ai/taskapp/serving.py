@@ -2,7 +2,8 @@
 
 `serve_task_app(...)` loads env files, sets up tracing, checks the port (freeing it with `force=True` by stopping
 only the processes listening on it, by pid), makes sure an `ENVIRONMENT_API_KEY` is configured (no prompt unless
-stdin is a terminal), builds the app and runs uvicorn. Nothing is sent anywhere: no key upload, no backend call.
+stdin is a terminal), shares that key, sealed, with the backend `train` would use when one is configured or the
+embedded one runs here (`client/env_keys.py`; failures only warn), builds the app and runs uvicorn.
 """
 
 from __future__ import annotations
@@ -236,6 +237,7 @@ def serve_task_app(
     echo: Callable[[str], None] = print,
     interactive: bool | None = None,
     log_level: str = "info",
+    share_key: bool = True,
 ) -> None:
     """Serve a task app (an id or alias, a discovery choice, or a `TaskAppEntry`) until interrupted."""
     from synth_ai.taskapp.tracing import tracing_environment
@@ -259,6 +261,14 @@ def serve_task_app(
         load_env_files([cwd_env], required=False)
     ensure_port_available(host, port, force=force, echo=echo)
     require_environment_api_key(interactive=interactive)
+    if share_key:
+        from synth_ai.client.env_keys import share_environment_key
+
+        # The backend's RL worker calls this app with this key; a failure only warns, as in 0.2.17's serve.
+        result = share_environment_key(os.environ.get(ENV_KEY) or (allowed_environment_api_keys() or [None])[0],
+                                       say=echo, warn=lambda m: echo(f"[WARN] {m}"))
+        if result.status == "skipped":
+            echo(f"[preflight] {result.message}")
 
     import uvicorn
 

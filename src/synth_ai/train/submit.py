@@ -1,5 +1,5 @@
-"""Submitting a prepared training run: SFT (validate → upload → wait ready → create → start) and RL (verify the task
-app through the backend → check it locally → create). Following the job is `synth_ai.client.follow`.
+"""Submitting a prepared training run: SFT (validate → upload → wait ready → create → start) and RL (check the task
+app locally → share its ENVIRONMENT_API_KEY with the backend, sealed → verify it through the backend → create). Following the job is `synth_ai.client.follow`.
 
 Every create carries an idempotency key remembered per logical operation (`client/idempotency.py`), so running
 the same command again after a crash, a timeout or Ctrl-C finds the same file and the same job.
@@ -19,7 +19,14 @@ from synth_ai.client.idempotency import IdempotencyStore, fingerprint
 from synth_ai.client.resources import SynthAPI, job_id_of
 from synth_ai.config.toml_source import display_path
 from synth_ai.env.dotenv_files import get_env
-from synth_ai.errors import AuthError, InvalidInputError, error_for_exit_code
+from synth_ai.env.secrets import mask_secret
+from synth_ai.errors import (
+    AuthError,
+    InvalidInputError,
+    NotFoundError,
+    UnavailableError,
+    error_for_exit_code,
+)
 from synth_ai.train.payloads import build_rl_payload, build_sft_payload
 from synth_ai.train.prepare import PreparedTraining
 
@@ -177,14 +184,7 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
         raise AuthError("ENVIRONMENT_API_KEY is required for RL: the trainer and this check call the task app "
                         "with it.", hint="Run `synth-ai setup --local`, or pass --env-file with "
                         "ENVIRONMENT_API_KEY=...")
-    hooks.say(f"Verifying the task app through the backend: POST {api.transport.url('/rl/verify_task_app')}")
-    verdict = api.rl.verify_task_app(task_url)
-    if not (isinstance(verdict, dict) and verdict.get("any_ok")):
-        raise AuthError(f"The backend could not use the task app at {task_url}: no key/header combination was "
-                        "accepted by /health and /task_info.", hint="Check that the task app runs and that its "
-                        "ENVIRONMENT_API_KEY is registered with the backend (`synth-ai setup --local`).",
-                        details=verdict)
-    hooks.say("Verification OK")
+    # Locally first: only a key this task app accepts is worth handing to the backend.
     hooks.say("Performing task app health check…")
     aliases = [a.strip() for a in os.environ.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
     for check in (check_health(task_url, env_key, aliases=aliases), check_task_info(task_url, env_key,
@@ -194,6 +194,15 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
                                       hint=f"Check the task app at {task_url} (`synth-ai task-app validate --url "
                                            f"{task_url}`).")
     hooks.say("Task app healthy")
+    _share_env_key(api, env_key, hooks)
+    hooks.say(f"Verifying the task app through the backend: POST {api.transport.url('/rl/verify_task_app')}")
+    verdict = api.rl.verify_task_app(task_url)
+    if not (isinstance(verdict, dict) and verdict.get("any_ok")):
+        raise AuthError(f"The backend could not use the task app at {task_url}: no key/header combination was "
+                        "accepted by /health and /task_info.", hint="Check that the task app runs and that its "
+                        "ENVIRONMENT_API_KEY is registered with the backend (`synth-ai setup --local`).",
+                        details=verdict)
+    hooks.say("Verification OK")
     payload = build_rl_payload(config, api_base=api.transport.api_base)
     create_fp = fingerprint("rl.create", api.transport.api_base, payload)
     hooks.say(f"Creating the job: POST {api.transport.url('/rl/jobs')}")
@@ -203,3 +212,16 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
     _say_created(hooks, job_id, created, earlier)
     return Submitted("rl", job_id, api.transport.api_base, job=created if isinstance(created, dict) else {},
                      fingerprints=[create_fp])
+
+
+def _share_env_key(api: SynthAPI, env_key: str, hooks: Hooks) -> None:
+    """Hand the backend the task app's key (sealed), so its worker can call the app; a backend without the
+    env-key routes keeps the keys it already has (the create-time probe says if none works)."""
+    from synth_ai.client.env_keys import EnvKeys
+
+    hooks.say(f"Sharing ENVIRONMENT_API_KEY ({mask_secret(env_key)}) with the backend, sealed: "
+              f"POST {api.transport.url('/v1/env-keys')}")
+    try:
+        EnvKeys(api.transport).upload(env_key)
+    except (NotFoundError, UnavailableError) as exc:
+        hooks.warn(f"The key was not shared ({exc.message}); the backend uses the keys it already knows.")

@@ -1,8 +1,9 @@
 """`/api/rl/jobs` and `/api/rl/verify_task_app`.
 
-RL execution (GSPO) is not on this backend yet: a valid create body is answered 501, an invalid one 400 with
-what is wrong. When `synth_ai.backend.trainers.rl` (with `run_rl`) exists, creates are stored and queued like SFT
-jobs (RL jobs start on create, as the reference's client expects: it never calls /start for RL).
+An invalid create body is answered 400 with what is wrong. Without `synth_ai.backend.trainers.rl` (the GSPO
+trainer) a valid one is answered 501; with it, the task app is probed with the keys the backend knows
+(`backend/taskapp_probe.py`: a 400 names the keys tried, masked, and the fix) and the job is stored and queued like
+SFT jobs (RL jobs start on create, as the reference's client expects: it never calls /start for RL).
 """
 
 from __future__ import annotations
@@ -16,18 +17,18 @@ from fastapi.responses import JSONResponse
 
 from synth_ai.backend import jobs as J
 from synth_ai.backend.app import get_backend
-from synth_ai.backend.auth import environment_keys
+from synth_ai.backend.auth import WITH_JOB, environment_keys, known_environment_keys, register_environment_key
 from synth_ai.backend.db import MAX_INTEGER
 from synth_ai.backend.errors import ApiError
 from synth_ai.backend.payloads import check_rl_body
 from synth_ai.backend.routes.jobs_common import add_job_routes, idempotent_create, list_jobs_doc, replay
-from synth_ai.env.secrets import mask_secret, redact
+from synth_ai.backend.taskapp_probe import HEADER_STYLES, auth_headers, health_ok, require_usable_task_app, snippet
+from synth_ai.env.secrets import mask_secret
 
 router = APIRouter(tags=["rl"])
 
 MAX_CANDIDATES = 15
 VERIFY_TIMEOUT_S = 10.0
-HEADER_STYLES = ("X-API-Key", "X-API-Keys", "Authorization")
 
 
 def rl_available() -> bool:
@@ -51,8 +52,11 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
                        hint="Run RL on the hosted Synth backend (--backend https://agent-learning.onrender.com), or "
                             "use SFT here (synth-ai train --type sft).",
                        details={"model": clean["data"].get("base_model") or clean["data"].get("model")})
+    _keep_key_out_of_payload(clean, backend.settings.data_dir)
     data = clean["data"]
     model = data.get("base_model") or data.get("model")
+    # Refuse now what the worker would fail on minutes later: no key, every key refused, nothing listening.
+    require_usable_task_app(str(data["endpoint_base_url"]), known_environment_keys(backend.settings.data_dir))
 
     def create(conn) -> tuple[int, dict[str, Any]]:
         job_id = backend.jobs.insert(conn, kind="rl", training_type="rl_online", model=model, payload=clean,
@@ -66,6 +70,15 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     return response
 
 
+def _keep_key_out_of_payload(clean: dict[str, Any], data_dir) -> None:
+    """An `environment_api_key` sent in the body (top level or in `data`) joins the keys the backend knows and is
+    dropped from what is stored: job payloads are readable through `/rl/jobs/{id}/config`."""
+    for holder in (clean, clean["data"]):
+        key = holder.pop("environment_api_key", None)
+        if isinstance(key, str) and key.strip():
+            register_environment_key(key.strip(), source=WITH_JOB, data_dir=data_dir)
+
+
 @router.get("/rl/jobs")
 def list_rl_jobs(request: Request, status: str | None = None, limit: int = Query(50, ge=1, le=500),
                  offset: int = Query(0, ge=0, le=MAX_INTEGER)) -> dict[str, Any]:
@@ -76,48 +89,6 @@ add_job_routes(router, "/rl/jobs", "rl")
 
 
 # verify_task_app ------------------------------------------------------------------------------------------------
-def _headers(style: str, key: str, all_keys: list[str]) -> dict[str, str]:
-    if style == "X-API-Key":
-        return {"X-API-Key": key}
-    if style == "X-API-Keys":
-        return {"X-API-Keys": ",".join([key, *[k for k in all_keys if k != key]])}
-    return {"Authorization": f"Bearer {key}"}
-
-
-def _snippet(response: httpx.Response, keys: list[str]) -> Any:
-    """The start of a task app's answer, for the report; key fragments in it (a 0.2.17 app's `allowed_first15`,
-    `got_first15`, `expected_prefix`) are hidden, and any whole key the backend knows is masked."""
-    try:
-        body = _without_key_fragments(response.json())
-    except ValueError:
-        return redact(response.text[:300], keys)
-    text = redact(str(body), keys)
-    return body if len(text) <= 600 and text == str(body) else text[:600]
-
-
-def _without_key_fragments(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: "<hidden>" if ("first15" in str(k) or "prefix" in str(k)) else _without_key_fragments(v)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_without_key_fragments(v) for v in value]
-    return value
-
-
-def _health_ok(response: httpx.Response) -> bool:
-    """200, or 401/403 that names the expected key prefix (the reference treats that as auth-optional)."""
-    if response.status_code == 200:
-        return True
-    if response.status_code in (401, 403):
-        try:
-            body = response.json()
-        except ValueError:
-            return False
-        text = str(body).lower()
-        return "expected_api_key_prefix" in text or "expected prefix" in text
-    return False
-
-
 @router.post("/rl/verify_task_app")
 async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, Any]:
     backend = get_backend(request)
@@ -134,7 +105,7 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
         plans: list[tuple[str, str | None]] = [(style, key) for key in keys for style in HEADER_STYLES] or [
             ("none", None)]
         for style, key in plans:
-            headers = _headers(style, key, keys) if key else {}
+            headers = auth_headers(style, key, keys) if key else {}
             results = []
             for path in ("/health", "/task_info"):
                 attempt: dict[str, Any] = {"path": path, "url": f"{base}{path}", "header": style,
@@ -146,10 +117,10 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
                     attempts.append(attempt)
                     results.append(False)
                     break
-                ok = _health_ok(response) if path == "/health" else response.status_code == 200
+                ok = health_ok(response) if path == "/health" else response.status_code == 200
                 attempt.update({"status": response.status_code, "ok": ok})
                 if not ok:
-                    attempt["body"] = _snippet(response, keys)
+                    attempt["body"] = snippet(response, keys)
                 attempts.append(attempt)
                 results.append(ok)
                 if not ok:
