@@ -34,21 +34,20 @@ class EvalRun:
 
 def run_eval(options: EvalOptions, hooks: Hooks) -> EvalRun:
     from synth_ai.eval.judges import load_judges
-    from synth_ai.eval.policy import resolve_inference
 
     settings = resolve_settings(options)
     for notice in settings.notices:
         hooks.say(notice)
     judges = load_judges(settings.config, settings.config_path.parent if settings.config_path else None)
-    target = resolve_inference(settings.config, settings.backend, hooks.say)
     run = EvalRun(settings, judge_names=[j.name for j in judges])
-    spec = RunSpec(model=settings.model, split=settings.split, cfg=settings.config, target=target,
+    # The model endpoint is resolved once the app and the seeds are known (it may start the embedded backend).
+    spec = RunSpec(model=settings.model, split=settings.split, cfg=settings.config, target=None,
                    concurrency=settings.concurrency, rollout_timeout=settings.rollout_timeout, judges=judges,
                    app_id=settings.app_id)
     run.context = {
         "model": settings.model, "app_id": settings.app_id, "task_app": settings.url or "in-process",
-        "split": settings.split, "inference_url": target.url or "from the config", "inference": target.source,
-        "concurrency": settings.concurrency, "trace_db": str(settings.trace_db) if settings.trace_db else None,
+        "split": settings.split, "concurrency": settings.concurrency,
+        "trace_db": str(settings.trace_db) if settings.trace_db else None,
         "config": str(settings.config_path) if settings.config_path else None, "eval_run_id": spec.eval_run_id,
     }
     store = None
@@ -66,6 +65,7 @@ def run_eval(options: EvalOptions, hooks: Hooks) -> EvalRun:
 
 async def _run(run: EvalRun, spec: RunSpec, store: Any, hooks: Hooks) -> None:
     from synth_ai.eval.apps import open_task_app
+    from synth_ai.eval.policy import resolve_inference
     from synth_ai.eval.seeds import select_seeds
 
     settings = run.settings
@@ -73,10 +73,12 @@ async def _run(run: EvalRun, spec: RunSpec, store: Any, hooks: Hooks) -> None:
                              concurrency=settings.concurrency) as app:
         if app.app_id and not spec.app_id:
             spec.app_id = run.context["app_id"] = app.app_id
-        hooks.say(f"Task app: {app.where}; model {settings.model} via {spec.target.source}"
-                  + (f" ({spec.target.url})" if spec.target.url else ""))
         run.seeds = await select_seeds(app.client, settings.seeds, settings.metadata, settings.metadata_sql)
         run.context["seeds"] = run.seeds
+        spec.target = await asyncio.to_thread(resolve_inference, settings.config, settings.backend, hooks.say)
+        run.context.update(inference_url=spec.target.url or "from the config", inference=spec.target.source)
+        hooks.say(f"Task app: {app.where}; model {settings.model} via {spec.target.source}"
+                  + (f" ({spec.target.url})" if spec.target.url else ""))
         hooks.started(len(run.seeds))
 
         def finished(result: SeedResult) -> None:

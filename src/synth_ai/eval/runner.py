@@ -49,7 +49,7 @@ class RunSpec:
     model: str
     split: str
     cfg: dict[str, Any]
-    target: InferenceTarget
+    target: InferenceTarget | None  # set once resolved (see flow)
     concurrency: int
     rollout_timeout: float
     judges: list[Judge]
