@@ -3,8 +3,8 @@ prompt, completion, as synth-ai 0.2.17 reads them from the first step's observat
 falling back to the trace's metadata and messages) and the traces v3 session written for the seed.
 
 The session is the task app's own session trace when it returned one (`trace_format` full/structured); from a
-compact trace or none, a session is built from the response itself (one environment event per step, the
-prompt and completion as messages). Its metadata carries what the reference stores (`eval_seed`, `prompt_index`,
+compact trace or none, a session is built from the response itself (one environment event per step); a session
+without messages gets the prompt and completion as a user and an assistant message. Its metadata carries what the reference stores (`eval_seed`, `prompt_index`,
 `task_id`, `task_split`, `task_rubric_id`, `official_score`, `judge_scores`, `model`, `prompt`, `completion`) and
 the outcome row holds the official score, so `filter` can select on it.
 """
@@ -89,7 +89,7 @@ def session_for(response: dict[str, Any], *, seed: int, model: str, facts: TaskF
 
     session = session_trace_of(response.get("trace"))
     recorder = recorder_from_session_trace(session) if session is not None else SessionRecorder()
-    if session is None:
+    if not recorder.messages:  # no trace, a compact one, or an app that records no messages
         if facts.prompt:
             recorder.message("user", {"role": "user", "content": facts.prompt})
         if facts.completion:
