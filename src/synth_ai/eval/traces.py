@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from synth_ai.tracing.importer import recorder_from_session_trace, session_trace_of
+from synth_ai.tracing.importer import message_content, recorder_from_session_trace, session_trace_of
 from synth_ai.tracing.session import SessionRecorder
 
 
@@ -60,8 +60,7 @@ def task_facts(response: dict[str, Any], split: str) -> TaskFacts:
 
 
 def _content_text(content: Any) -> str | None:
-    if isinstance(content, dict) and ("text" in content or "json_payload" in content):
-        content = content.get("json_payload") if content.get("json_payload") is not None else content.get("text")
+    content = message_content(content)
     if isinstance(content, str):
         return content
     if isinstance(content, list):

@@ -10,6 +10,7 @@ An environment event with a numeric reward gets a `sparse` event reward.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -102,10 +103,7 @@ def event_type_of(event: dict[str, Any]) -> str:
 def _add_message(recorder: SessionRecorder, step_index: int | None, message: dict[str, Any]) -> None:
     raw_type = _text(message.get("message_type")) or "system"
     kind = raw_type if raw_type in MESSAGE_TYPES else ("assistant" if raw_type == "action" else "system")
-    content = message.get("content")
-    if isinstance(content, dict) and ("text" in content or "json_payload" in content):
-        payload = content.get("json_payload")
-        content = payload if payload is not None else content.get("text")
+    content = message_content(message.get("content"))
     times = message.get("time_record") if isinstance(message.get("time_record"), dict) else {}
     event_time = _number(times.get("event_time"))
     metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
@@ -114,6 +112,22 @@ def _add_message(recorder: SessionRecorder, step_index: int | None, message: dic
     stamp = _stamp(message.get("timestamp")) or (_stamp(event_time) if event_time else None) or now_iso()
     recorder.messages.append(Message(kind, "" if content is None else content, step_index,
                                      event_time if event_time is not None else 0.0, stamp, metadata or None))
+
+
+def message_content(content: Any) -> Any:
+    """The content of a session-trace message: `{"text"}` → the text, `{"json_payload"}` → the decoded JSON (a
+    string, as the reference sends it, or already an object), anything else as it is."""
+    if isinstance(content, dict) and ("text" in content or "json_payload" in content):
+        payload = content.get("json_payload")
+        if payload is None:
+            return content.get("text")
+        if isinstance(payload, str):
+            try:
+                return json.loads(payload)
+            except ValueError:
+                return payload
+        return payload
+    return content
 
 
 def _text(value: Any) -> str:

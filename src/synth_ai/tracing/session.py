@@ -255,6 +255,8 @@ class SessionRecorder:
     @staticmethod
     def _event_doc(event: Event) -> dict[str, Any]:
         doc = {k: v for k, v in event.fields.items() if v is not None}
+        if isinstance(doc.get("call_records"), dict):  # the reference reads a list of call records
+            doc["call_records"] = [doc["call_records"]]
         doc["event_type"] = event.event_type
         doc["time_record"] = {"event_time": event.event_time, "message_time": None}
         return doc
@@ -262,7 +264,9 @@ class SessionRecorder:
     @staticmethod
     def _message_doc(message: Message) -> dict[str, Any]:
         content = message.content
-        body = {"text": content} if isinstance(content, str) else {"json_payload": content}
+        # As the reference's SessionMessageContent: `text`, or `json_payload` holding the JSON as a string.
+        body = {"text": content} if isinstance(content, str) else {
+            "json_payload": json.dumps(content, default=str, ensure_ascii=False, separators=(",", ":"))}
         return {
             "content": body, "message_type": message.message_type,
             "time_record": {"event_time": message.event_time, "message_time": None},
