@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     NOT_FOUND = 8
     SERVER = 9
     UNAVAILABLE = 10
+    ROLLOUTS_FAILED = 11
     INTERRUPTED = 130
 
 
@@ -41,6 +42,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOT_FOUND: "A named resource (job, file, model, task app) does not exist.",
     ExitCode.SERVER: "The server answered with an error it did not explain as bad input (5xx, malformed reply).",
     ExitCode.UNAVAILABLE: "The operation is not available here (missing optional dependency or capability).",
+    ExitCode.ROLLOUTS_FAILED: "`eval`: some or all seeds errored or timed out (the rest were scored and stored).",
     ExitCode.INTERRUPTED: "Interrupted with Ctrl-C.",
 }
 

@@ -18,6 +18,7 @@ from synth_ai.cli.output import Output
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "synth_ai.cli.setup_cmd": ("setup",),
     "synth_ai.cli.train": ("train",),
+    "synth_ai.cli.eval_cmd": ("eval",),
     "synth_ai.cli.jobs_cmd": ("jobs",),
     "synth_ai.cli.config_cmd": ("config",),
     "synth_ai.cli.models_cmd": ("models",),

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from synth_ai.cli.app import json_option, output_of
-from synth_ai.cli.remote import backend_option, connect
+from synth_ai.cli.remote import backend_option, connect, env_file_option
 
 
 def _add_validate(group: typer.Typer) -> None:
@@ -74,11 +74,12 @@ def _add_list(group: typer.Typer) -> None:
         purpose: str = typer.Option(None, "--purpose", help="Only files uploaded for this purpose (fine-tune)."),
         limit: int = typer.Option(100, "--limit", min=1, max=1000, help="At most this many files."),
         backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """List the files uploaded to the backend, newest first."""
         out = output_of(ctx, json_flag)
-        api = connect(out, backend)
+        api = connect(out, backend, env_file)
         with api.transport:
             doc = api.files.list(purpose=purpose, limit=limit)
         rows = doc.get("data", doc.get("files", [])) if isinstance(doc, dict) else doc
@@ -97,11 +98,12 @@ def _add_get(group: typer.Typer) -> None:
         ctx: typer.Context,
         file_id: str = typer.Argument(..., help="File id (from the upload or `files list`)."),
         backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Show one uploaded file: size, sha256, status, and its line errors when invalid."""
         out = output_of(ctx, json_flag)
-        api = connect(out, backend)
+        api = connect(out, backend, env_file)
         with api.transport:
             doc = api.files.get(file_id)
 

@@ -9,7 +9,7 @@ from enum import Enum
 import typer
 
 from synth_ai.cli.app import json_option, output_of
-from synth_ai.cli.remote import backend_option, connect
+from synth_ai.cli.remote import backend_option, connect, env_file_option
 
 
 class JobKind(str, Enum):
@@ -22,9 +22,9 @@ def _kind_option() -> JobKind:
 
 
 @contextmanager
-def _jobs_of(out, backend: str | None, kind: JobKind) -> Iterator:
+def _jobs_of(out, backend: str | None, kind: JobKind, env_files: list[str] | None = None) -> Iterator:
     """The job family to talk to, on an open connection closed afterwards."""
-    api = connect(out, backend)
+    api = connect(out, backend, env_files)
     with api.transport:
         yield api.sft if kind is JobKind.sft else api.rl
 
@@ -40,11 +40,12 @@ def register(app: typer.Typer) -> None:
         limit: int = typer.Option(50, "--limit", min=1, max=1000, help="At most this many jobs."),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """List jobs, newest first."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind) as jobs:
+        with _jobs_of(out, backend, kind, env_file) as jobs:
             doc = jobs.list(status=status, type_=type_, limit=limit)
         rows = doc.get("jobs", doc.get("data", [])) if isinstance(doc, dict) else doc
 
@@ -61,11 +62,12 @@ def register(app: typer.Typer) -> None:
         job_id: str = typer.Argument(..., help="Job id."),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Show one job (status, model, fine_tuned_model, timestamps)."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind) as jobs:
+        with _jobs_of(out, backend, kind, env_file) as jobs:
             job = jobs.get(job_id)
         out.result(job)
 
@@ -81,6 +83,7 @@ def register(app: typer.Typer) -> None:
         stream_format: str = typer.Option("cli", "--stream-format", help="cli or chart (with --follow)."),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Print a job's events (and, with --follow, its metrics until it ends)."""
@@ -90,7 +93,7 @@ def register(app: typer.Typer) -> None:
         if stream_format not in ("cli", "chart"):
             raise typer.BadParameter(f"{stream_format!r} is not one of 'cli', 'chart'.",
                                      param_hint="'--stream-format'")
-        with _jobs_of(out, backend, kind) as jobs:
+        with _jobs_of(out, backend, kind, env_file) as jobs:
             if follow:
                 follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
                                   stream_format=stream_format)
@@ -112,13 +115,14 @@ def register(app: typer.Typer) -> None:
         after_step: int = typer.Option(-1, "--after-step", min=-1, help="Only points after this step."),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Print a job's metric points (train.loss, val.loss, learning_rate, ...)."""
         from synth_ai.client.follow import next_after_step
 
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind) as jobs:
+        with _jobs_of(out, backend, kind, env_file) as jobs:
             points: list[dict] = []
             seen: set[tuple] = set()
             while True:  # page by step: the API returns at most `limit` points per call
@@ -147,11 +151,12 @@ def register(app: typer.Typer) -> None:
         job_id: str = typer.Argument(..., help="Job id."),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Cancel a queued or running job."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind) as jobs:
+        with _jobs_of(out, backend, kind, env_file) as jobs:
             doc = jobs.cancel(job_id)
         status = doc.get("status", "cancel requested") if isinstance(doc, dict) else doc
         out.result(doc, lambda o: o.info(f"Job {job_id}: {status}"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from synth_ai.cli.app import json_option, output_of
+from synth_ai.cli.remote import env_file_option
 
 
 def register(app: typer.Typer) -> None:
@@ -17,13 +18,16 @@ def register(app: typer.Typer) -> None:
         family: str = typer.Option(None, "--family", help="Only this family, e.g. Qwen3-VL."),
         backend: str = typer.Option(None, "--backend", help="Also list this backend's fine-tuned models (default: "
                                     "the embedded backend, when it runs)."),
+        env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """List the registry's models, and the fine-tuned models of the backend."""
+        from synth_ai.env.dotenv_files import load_command_env
         from synth_ai.errors import InvalidInputError
         from synth_ai.models.registry import all_models, experimental_ids
 
         out = output_of(ctx, json_flag)
+        load_command_env(env_file)
         if mode is not None and mode not in {"sft", "rl"}:
             raise InvalidInputError(f"--mode must be 'sft' or 'rl', not {mode!r}.")
         experimental = experimental_ids()

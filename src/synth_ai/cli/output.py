@@ -36,7 +36,7 @@ class Output:
         if self._out is None:
             from rich.console import Console
 
-            self._out = Console(file=sys.stdout, highlight=False, soft_wrap=True, width=_width(sys.stdout))
+            self._out = Console(file=sys.stdout, highlight=False, soft_wrap=True, width=_width(sys.stdout), emoji=False)
         return self._out
 
     @property
@@ -44,7 +44,7 @@ class Output:
         if self._err is None:
             from rich.console import Console
 
-            self._err = Console(file=sys.stderr, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+            self._err = Console(file=sys.stderr, highlight=False, soft_wrap=True, width=_width(sys.stderr), emoji=False)
         return self._err
 
     def _print(self, text: str, *, stderr: bool = False, style: str | None = None) -> None:
@@ -86,12 +86,13 @@ class Output:
 
     def table(self, columns: list[str], rows: list[list[Any]], *, title: str | None = None) -> None:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=title, show_lines=False, header_style="bold")
         for column in columns:
             table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(*(redact("" if v is None else str(v)) for v in row))
+        for row in rows:  # cells are plain text: no markup, no `:name:` emoji (task ids like `math:train:7`)
+            table.add_row(*(Text(redact("" if v is None else str(v))) for v in row))
         self.out.print(table)
 
     def error(self, err: SynthError) -> None:

@@ -13,6 +13,7 @@ from synth_ai.config.fields import (
     SECTION,
     FiniteFloat,
     NonEmptyStr,
+    PositiveFloat,
     PositiveInt,
     Seeds,
     StringList,
@@ -55,6 +56,9 @@ class EvalConfig(BaseModel):
     image_only_mode: bool | None = None
     judge: dict[str, Any] | None = None
     judges: list[dict[str, Any]] | None = None
+    # ours: a per-seed deadline for the whole /rollout call, and where traces go (`none` stores nothing)
+    rollout_timeout_s: PositiveFloat | None = None
+    trace_db: str | None = None
 
 
 def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:

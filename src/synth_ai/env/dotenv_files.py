@@ -60,6 +60,17 @@ def load_env_files(paths: Iterable[str | Path], environ: MutableMapping[str, str
     return loaded
 
 
+def load_command_env(env_files: Iterable[str | Path] | None = None) -> list[Path]:
+    """What commands that talk to a backend or a task app load first (`train`, `eval`, `jobs`, `files`, `models`):
+    every `--env-file` given, or else the nearest `.env` walking up from the working directory."""
+    loaded = load_env_files(env_files or [])
+    if not loaded:
+        nearest = find_nearest_env()
+        if nearest is not None:
+            loaded = load_env_files([nearest])
+    return loaded
+
+
 def get_env(name: str, environ: MutableMapping[str, str] | None = None) -> str | None:
     """A variable's value, falling back to its aliases (`TASK_APP_BASE_URL` for `TASK_APP_URL`, ...) and then,
     for the process environment, to the keys `synth-ai setup` saved in `~/.synth-ai/config.json`."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from synth_ai.env.secrets import is_secret_name, mask_secret, redact
+from synth_ai.env.secrets import is_secret_name, mask_secret, redact, secret_values
 
 MESSAGE_TYPES: tuple[str, ...] = ("user", "assistant", "system", "tool_use", "tool_result")
 EVENT_TYPES: tuple[str, ...] = ("cais", "environment", "runtime")
@@ -35,24 +35,28 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def scrub(value: Any) -> Any:
-    """A copy of `value` with secret-named keys masked and secret values removed from strings."""
+def scrub(value: Any, secrets: list[str] | None = None) -> Any:
+    """A copy of `value` with secret-named keys masked and secret values removed from strings. The secrets are
+    read from the environment once per call, not once per string (a trace holds thousands of strings)."""
+    if secrets is None:
+        secrets = secret_values()
     if isinstance(value, dict):
         return {
-            str(k): (mask_secret(str(v)) if v and is_secret_name(str(k)) and isinstance(v, str) else scrub(v))
+            str(k): (mask_secret(str(v)) if v and isinstance(v, str) and is_secret_name(str(k))
+                     else scrub(v, secrets))
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
-        return [scrub(v) for v in value]
+        return [scrub(v, secrets) for v in value]
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, secrets)
     return value
 
 
-def to_json(value: Any) -> str | None:
+def to_json(value: Any, secrets: list[str] | None = None) -> str | None:
     if value is None:
         return None
-    return json.dumps(scrub(value), default=str, separators=(",", ":"))
+    return json.dumps(scrub(value, secrets), default=str, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,8 @@ class SessionRecorder:
     @staticmethod
     def _event_doc(event: Event) -> dict[str, Any]:
         doc = {k: v for k, v in event.fields.items() if v is not None}
+        if isinstance(doc.get("call_records"), dict):  # the reference reads a list of call records
+            doc["call_records"] = [doc["call_records"]]
         doc["event_type"] = event.event_type
         doc["time_record"] = {"event_time": event.event_time, "message_time": None}
         return doc
@@ -262,7 +268,9 @@ class SessionRecorder:
     @staticmethod
     def _message_doc(message: Message) -> dict[str, Any]:
         content = message.content
-        body = {"text": content} if isinstance(content, str) else {"json_payload": content}
+        # As the reference's SessionMessageContent: `text`, or `json_payload` holding the JSON as a string.
+        body = {"text": content} if isinstance(content, str) else {
+            "json_payload": json.dumps(content, default=str, ensure_ascii=False, separators=(",", ":"))}
         return {
             "content": body, "message_type": message.message_type,
             "time_record": {"event_time": message.event_time, "message_time": None},

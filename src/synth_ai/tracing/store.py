@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from urllib.parse import unquote
 
-from synth_ai.env.secrets import redact
+from synth_ai.env.secrets import redact, secret_values
 from synth_ai.tracing.schema import ALL_STATEMENTS
 from synth_ai.tracing.session import SessionRecorder, to_json
 
@@ -86,10 +86,15 @@ class TraceStore:
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, s: SessionRecorder) -> None:
+        secrets = secret_values()  # once per session: scrubbing re-reads the environment otherwise
+
+        def j(value: object) -> str | None:
+            return to_json(value, secrets)
+
         conn.execute(
             "INSERT INTO session_traces (session_id, created_at, num_timesteps, num_events, num_messages, metadata,"
             " experiment_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (s.session_id, s.created_at, len(s.timesteps), len(s.events), len(s.messages), to_json(s.metadata),
+            (s.session_id, s.created_at, len(s.timesteps), len(s.events), len(s.messages), j(s.metadata),
              s.experiment_id),
         )
         step_ids: list[int] = []
@@ -99,7 +104,7 @@ class TraceStore:
                 " completed_at, num_events, num_messages, step_metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (s.session_id, t.step_id, t.step_index, t.turn_number, t.started_at, t.completed_at,
                  sum(1 for e in s.events if e.timestep_index == t.step_index),
-                 sum(1 for m in s.messages if m.timestep_index == t.step_index), to_json(t.metadata)),
+                 sum(1 for m in s.messages if m.timestep_index == t.step_index), j(t.metadata)),
             )
             step_ids.append(int(cur.lastrowid))
 
@@ -118,26 +123,26 @@ class TraceStore:
                 (s.session_id, step_row(e.timestep_index), e.event_type, f.get("system_instance_id"),
                  e.event_time, None, e.created_at, f.get("model_name"), f.get("provider"), f.get("input_tokens"),
                  f.get("output_tokens"), f.get("total_tokens"), f.get("cost_usd"), f.get("latency_ms"),
-                 f.get("span_id"), f.get("trace_id"), to_json(f.get("call_records")), f.get("reward"),
-                 f.get("terminated"), f.get("truncated"), _state(f.get("system_state_before")),
-                 _state(f.get("system_state_after")), to_json(f.get("metadata")),
-                 to_json(f.get("event_metadata"))),
+                 f.get("span_id"), f.get("trace_id"), j(f.get("call_records")), f.get("reward"),
+                 f.get("terminated"), f.get("truncated"), _state(f.get("system_state_before"), secrets),
+                 _state(f.get("system_state_after"), secrets), j(f.get("metadata")),
+                 j(f.get("event_metadata"))),
             )
             event_ids.append(int(cur.lastrowid))
         for m in s.messages:
-            content = redact(m.content) if isinstance(m.content, str) else to_json(m.content)
+            content = redact(m.content, secrets) if isinstance(m.content, str) else j(m.content)
             conn.execute(
                 "INSERT INTO messages (session_id, timestep_id, message_type, content, timestamp, event_time,"
                 " message_time, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (s.session_id, step_row(m.timestep_index), m.message_type, content or "", m.timestamp,
-                 m.event_time, None, to_json(m.metadata)),
+                 m.event_time, None, j(m.metadata)),
             )
         for r in s.event_rewards:
             conn.execute(
                 'INSERT INTO event_rewards (event_id, session_id, message_id, turn_number, reward_value,'
                 ' reward_type, "key", annotation, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
                 (event_ids[r.event.index], s.session_id, None, r.turn_number, r.reward_value, r.reward_type,
-                 r.key, to_json(r.annotation), r.source, r.created_at),
+                 r.key, j(r.annotation), r.source, r.created_at),
             )
         if s.outcome is not None:
             o = s.outcome
@@ -145,11 +150,11 @@ class TraceStore:
                 "INSERT INTO outcome_rewards (session_id, total_reward, achievements_count, total_steps,"
                 " created_at, reward_metadata) VALUES (?, ?, ?, ?, ?, ?)",
                 (s.session_id, o.total_reward, o.achievements_count, o.total_steps, o.created_at,
-                 to_json(o.metadata)),
+                 j(o.metadata)),
             )
 
 
-def _state(value: object) -> str | None:
+def _state(value: object, secrets: list[str]) -> str | None:
     if value is None:
         return None
-    return redact(value) if isinstance(value, str) else to_json(value)
+    return redact(value, secrets) if isinstance(value, str) else to_json(value, secrets)

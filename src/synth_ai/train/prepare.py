@@ -15,7 +15,7 @@ from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.loader import load_config
 from synth_ai.config.toml_source import display_path, load_toml
 from synth_ai.env.backend_url import BackendTarget, resolve_backend
-from synth_ai.env.dotenv_files import find_nearest_env, get_env, load_env_files
+from synth_ai.env.dotenv_files import get_env, load_command_env
 from synth_ai.errors import ConfigError, ConfigIssue, InvalidInputError
 from synth_ai.train.plan import TrainPlan, plan_rl, plan_sft
 
@@ -69,11 +69,7 @@ def prepare_training(options: TrainOptions, choose) -> PreparedTraining:
     if options.examples is not None and options.examples <= 0:
         raise InvalidInputError(f"--examples must be a positive number of records, not {options.examples}.",
                                 hint="Pass e.g. --examples 50 to upload only the first 50 records.")
-    env_files = load_env_files(options.env_files)
-    if not env_files:
-        nearest = find_nearest_env()
-        if nearest is not None:
-            env_files = load_env_files([nearest])
+    env_files = load_command_env(options.env_files)
     path, kind = select_config(options, choose)
     if kind is None:
         kind = infer_training_kind(load_toml(path).data)

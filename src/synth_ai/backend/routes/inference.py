@@ -1,5 +1,8 @@
 """`/api/inference/v1/chat/completions` and `/api/inference/v1/models`: the OpenAI-compatible endpoint.
 
+`stream: true` answers Server-Sent Events (`synth_ai.backend.inference.streaming`): the engine's completion, in
+`chat.completion.chunk` events, then `data: [DONE]`.
+
 The engine (`synth_ai.backend.inference.engine.InferenceEngine`) is created on the first request, so torch is
 only imported in the API process when someone asks for inference. Its calls block; they run in a worker thread.
 """
@@ -10,6 +13,7 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Body, Request
+from fastapi.responses import StreamingResponse
 
 from synth_ai.backend.app import get_backend
 from synth_ai.backend.errors import ApiError
@@ -40,18 +44,28 @@ async def chat_completions(request: Request, body: Any = Body(...)) -> Any:
     backend = get_backend(request)
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_request", "The body must be a JSON object (an OpenAI chat completion request).")
-    if body.get("stream"):
-        raise ApiError(400, "invalid_request", "stream=true is not supported by this backend; send stream=false.")
-
-    def call() -> Any:
-        return backend.engine().chat_completion(body)
+    from synth_ai.backend.inference.streaming import sse_events, stream_settings
 
     try:
-        return await anyio.to_thread.run_sync(call)
+        stream, include_usage = stream_settings(body)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
+    request_body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+
+    def call() -> Any:
+        return backend.engine().chat_completion(request_body)
+
+    try:
+        completion = await anyio.to_thread.run_sync(call)
     except ApiError:
         raise
     except Exception as exc:  # noqa: BLE001 - mapped to a status code
         raise _api_error(exc) from None
+    if not stream:
+        return completion
+    # Errors are known before the first byte (the completion is finished), so they keep their status codes.
+    return StreamingResponse(sse_events(completion, include_usage=include_usage), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 @router.get("/inference/v1/models")

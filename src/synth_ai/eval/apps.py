@@ -1,0 +1,81 @@
+"""The task app an eval talks to: discovered and run in this process (an ASGI transport, no port, its lifespan
+run), or a running app at `--url` reached over HTTP. Either way every request carries `X-API-Key`."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from synth_ai.errors import AuthError, InvalidInputError
+
+IN_PROCESS_BASE = "http://eval.local"
+
+
+@dataclass
+class TaskAppHandle:
+    client: Any  # httpx.AsyncClient, base_url = the app
+    app_id: str | None
+    where: str  # "in-process (<path>)" or the URL
+
+
+def environment_key() -> str | None:
+    from synth_ai.taskapp.auth import normalize_environment_api_key
+
+    return normalize_environment_api_key(log=False)
+
+
+def load_app(app_id: str | None) -> Any:
+    """The `TaskAppEntry` for `app_id` (the only discovered app when None)."""
+    from synth_ai.taskapp.discovery import find_task_app, load_task_app
+
+    return load_task_app(find_task_app(app_id))
+
+
+@asynccontextmanager
+async def open_task_app(*, app_id: str | None, url: str | None, timeout: float,
+                        concurrency: int) -> AsyncIterator[TaskAppHandle]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=max(concurrency, 1) + 4, max_keepalive_connections=max(concurrency, 1))
+    http_timeout = httpx.Timeout(timeout, connect=min(10.0, timeout))
+    if url is not None:
+        if not url.startswith(("http://", "https://")):
+            raise InvalidInputError(f"--url {url!r} must start with http:// or https://.",
+                                    hint="e.g. --url http://127.0.0.1:8001")
+        key = environment_key()
+        if not key:
+            raise AuthError("ENVIRONMENT_API_KEY is not set, so the task app at --url would refuse every request.",
+                            hint="Pass --env-file PATH holding ENVIRONMENT_API_KEY=... (the key the app was served "
+                                 "with), or set it in ./.env.")
+        async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=http_timeout,
+                                     limits=limits, follow_redirects=False) as client:
+            yield TaskAppHandle(client, app_id, url)
+        return
+    entry = load_app(app_id)
+    from synth_ai.taskapp.server import create_task_app
+    from synth_ai.taskapp.serving import load_env_files
+    from synth_ai.taskapp.tracing import TracingSettings
+
+    if entry.source_path:
+        from pathlib import Path
+
+        app_dir = Path(entry.source_path).parent
+        load_env_files([p if Path(p).is_absolute() else app_dir / p for p in entry.env_files], required=False)
+    minted = None
+    if not environment_key():  # nothing crosses a process boundary: a key for this run only will do
+        minted = os.environ["ENVIRONMENT_API_KEY"] = secrets.token_hex(32)
+    try:
+        # The eval stores the traces itself; the app only returns them.
+        app = create_task_app(entry.config_factory(), tracing=TracingSettings.disabled())
+        transport = httpx.ASGITransport(app=app)
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=transport, base_url=IN_PROCESS_BASE, timeout=http_timeout,
+                                         headers={"X-API-Key": environment_key() or ""}) as client:
+                yield TaskAppHandle(client, entry.app_id, f"in-process ({entry.source_path or entry.app_id})")
+    finally:
+        if minted is not None and os.environ.get("ENVIRONMENT_API_KEY") == minted:
+            del os.environ["ENVIRONMENT_API_KEY"]

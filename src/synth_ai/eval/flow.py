@@ -1,0 +1,89 @@
+"""`synth-ai eval` from flags to results: settings, judges, the model endpoint, the task app, seed selection,
+the run, and the trace store (opened once, closed at the end even on Ctrl-C)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from synth_ai.eval.runner import OK, RunSpec, SeedResult, run_all
+from synth_ai.eval.settings import EvalOptions, EvalSettings, resolve_settings
+
+
+@dataclass
+class Hooks:
+    say: Callable[[str], None] = lambda text: None
+    started: Callable[[int], None] = lambda total: None  # the number of seeds, once chosen
+    finished: Callable[[SeedResult], None] = lambda result: None
+
+
+@dataclass
+class EvalRun:
+    settings: EvalSettings
+    seeds: list[int] = field(default_factory=list)
+    results: list[SeedResult] = field(default_factory=list)  # what finished (all of them after a full run)
+    context: dict[str, Any] = field(default_factory=dict)
+    judge_names: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.results) == len(self.seeds) and all(r.status == OK for r in self.results)
+
+
+def run_eval(options: EvalOptions, hooks: Hooks) -> EvalRun:
+    from synth_ai.eval.judges import load_judges
+
+    settings = resolve_settings(options)
+    for notice in settings.notices:
+        hooks.say(notice)
+    judges = load_judges(settings.config, settings.config_path.parent if settings.config_path else None)
+    run = EvalRun(settings, judge_names=[j.name for j in judges])
+    # The model endpoint is resolved once the app and the seeds are known (it may start the embedded backend).
+    spec = RunSpec(model=settings.model, split=settings.split, cfg=settings.config, target=None,
+                   concurrency=settings.concurrency, rollout_timeout=settings.rollout_timeout, judges=judges,
+                   app_id=settings.app_id)
+    run.context = {
+        "model": settings.model, "app_id": settings.app_id, "task_app": settings.url or "in-process",
+        "split": settings.split, "concurrency": settings.concurrency,
+        "trace_db": str(settings.trace_db) if settings.trace_db else None,
+        "config": str(settings.config_path) if settings.config_path else None, "eval_run_id": spec.eval_run_id,
+    }
+    store = None
+    if settings.trace_db is not None:
+        from synth_ai.tracing.store import TraceStore
+
+        store = TraceStore(settings.trace_db)
+    try:
+        asyncio.run(_run(run, spec, store, hooks))
+    finally:
+        if store is not None:
+            store.close()
+    return run
+
+
+async def _run(run: EvalRun, spec: RunSpec, store: Any, hooks: Hooks) -> None:
+    from synth_ai.eval.apps import open_task_app
+    from synth_ai.eval.policy import resolve_inference
+    from synth_ai.eval.seeds import select_seeds
+
+    settings = run.settings
+    async with open_task_app(app_id=settings.app_id, url=settings.url, timeout=settings.rollout_timeout,
+                             concurrency=settings.concurrency) as app:
+        if app.app_id and not spec.app_id:
+            spec.app_id = run.context["app_id"] = app.app_id
+        run.seeds = await select_seeds(app.client, settings.seeds, settings.metadata, settings.metadata_sql)
+        run.context["seeds"] = run.seeds
+        spec.target = await asyncio.to_thread(resolve_inference, settings.config, settings.backend, hooks.say)
+        run.context.update(inference_url=spec.target.url or "from the config", inference=spec.target.source)
+        hooks.say(f"Task app: {app.where}; model {settings.model} via {spec.target.source}"
+                  + (f" ({spec.target.url})" if spec.target.url else ""))
+        hooks.started(len(run.seeds))
+
+        def finished(result: SeedResult) -> None:
+            run.results.append(result)
+            hooks.finished(result)
+
+        await run_all(app.client, spec, run.seeds, store, finished)
+    run.results.sort(key=lambda r: run.seeds.index(r.seed))

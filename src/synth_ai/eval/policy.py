@@ -1,0 +1,69 @@
+"""The policy side of a rollout: which chat-completions endpoint the task app calls, and the `/rollout` body.
+
+The endpoint, in order: an `inference_url` in the config (`[eval.policy_config]`, `[eval.policy]` or top-level:
+any OpenAI-compatible server); else the Synth backend's `/api/inference/v1/chat/completions` on `--backend` (or
+BACKEND_BASE_URL, ...), or on this machine's embedded backend, started as `train` starts it when none runs. The
+task app authenticates to a Synth endpoint itself (`synth_ai.taskapp.inference`: the embedded backend's key on
+this machine, SYNTH_API_KEY elsewhere); vendor endpoints get their vendor's key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# Top-level [eval] keys that synth-ai 0.2.17 moves into the policy config.
+POLICY_KEYS = ("temperature", "max_tokens", "reasoning_effort", "system_hint", "tool_choice", "inference_url",
+               "thinking_mode", "thinking_budget", "use_vision", "image_only_mode")
+
+
+@dataclass(frozen=True)
+class InferenceTarget:
+    url: str | None  # None: the config's inference_url is used as written
+    source: str  # for messages: "config", "embedded backend", "--backend", ...
+
+
+def policy_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Top-level keys, then `[eval.policy]`, then `[eval.policy_config]` (later wins), as the reference merges."""
+    merged = {k: cfg[k] for k in POLICY_KEYS if cfg.get(k) is not None}
+    for table in ("policy", "policy_config"):
+        if isinstance(cfg.get(table), dict):
+            merged.update({k: v for k, v in cfg[table].items() if v is not None})
+    if cfg.get("max_turns") is not None:
+        merged.setdefault("max_turns", cfg["max_turns"])
+    return merged
+
+
+def resolve_inference(cfg: dict[str, Any], backend_flag: str | None, say: Callable[[str], None]) -> InferenceTarget:
+    if policy_config(cfg).get("inference_url"):
+        return InferenceTarget(None, "config")
+    from synth_ai.client.connect import locate_embedded
+    from synth_ai.env.backend_url import resolve_backend
+
+    backend = resolve_backend(backend_flag)
+    if backend.embedded and backend.source == "embedded default":
+        backend = locate_embedded(backend, say, autostart=True)
+    label = "embedded backend" if backend.embedded else backend.source
+    return InferenceTarget(f"{backend.api_base}/inference/v1/chat/completions", label)
+
+
+def rollout_body(*, seed: int, model: str, split: str, cfg: dict[str, Any], target: InferenceTarget) -> dict[str, Any]:
+    """The reference's `/rollout` body for one seed (`mode: "eval"`)."""
+    policy = policy_config(cfg)
+    if target.url is not None:
+        policy.setdefault("inference_url", target.url)
+    max_llm_calls = policy.get("max_llm_calls") or cfg.get("max_llm_calls") or 10
+    body: dict[str, Any] = {
+        "run_id": str(uuid.uuid4()),
+        "env": {"config": {"split": split, "index": seed, **(cfg.get("env_config") or {})}, "seed": seed},
+        "policy": {"policy_name": cfg.get("policy_name") or model, "config": {**policy, "model": model}},
+        "ops": list(cfg.get("ops") or ["agent", "env"] * int(max_llm_calls)),
+        "record": {"return_trace": cfg.get("return_trace", True),
+                   "trace_format": cfg.get("trace_format", "structured")},
+        "mode": "eval",
+    }
+    if cfg.get("env_name"):
+        body["env"]["env_name"] = cfg["env_name"]
+    return body

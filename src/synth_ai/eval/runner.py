@@ -1,0 +1,149 @@
+"""Running the seeds: `concurrency` rollouts in flight, each bounded by its own deadline, each finished seed
+scored and its session written at once (one transaction), so an interrupted run keeps every seed that finished.
+
+A seed whose `/rollout` fails (HTTP error, unreachable app, a body that is not a rollout response) is `error`;
+one past its deadline is `timeout`. Neither gets a score: they are reported as what they are, never as 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from synth_ai.env.secrets import redact
+from synth_ai.eval.judges import Judge
+from synth_ai.eval.policy import InferenceTarget, rollout_body
+from synth_ai.eval.scoring import official_score, outcome_score
+from synth_ai.eval.traces import session_for, task_facts
+
+OK, ERROR, TIMEOUT = "ok", "error", "timeout"
+_ERROR_CHARS = 300
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    status: str  # ok | error | timeout
+    elapsed_s: float
+    official_score: float | None = None
+    outcome_score: float | None = None
+    judge_scores: dict[str, float | None] = field(default_factory=dict)
+    judge_errors: dict[str, str] = field(default_factory=dict)
+    task_id: str | None = None
+    http_status: int | None = None
+    error: str | None = None
+    session_id: str | None = None
+    stored: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != {}}
+
+
+@dataclass
+class RunSpec:
+    model: str
+    split: str
+    cfg: dict[str, Any]
+    target: InferenceTarget | None  # set once resolved (see flow)
+    concurrency: int
+    rollout_timeout: float
+    judges: list[Judge]
+    app_id: str | None
+    eval_run_id: str = field(default_factory=lambda: f"eval_{uuid.uuid4().hex[:12]}")
+
+
+def _error_text(response: Any) -> str:
+    """The task app's own message when it sent one (`{"detail": {"error": {"message": …}}}`), else the body."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    detail = body.get("detail") if isinstance(body, dict) else None
+    error = detail.get("error") if isinstance(detail, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        text = f"{error.get('code', 'error')}: {error['message']}"
+    elif detail is not None:
+        text = detail if isinstance(detail, str) else str(detail)
+    else:
+        text = response.text or "(empty body)"
+    return redact(f"HTTP {response.status_code}: {text}")[:_ERROR_CHARS]
+
+
+async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any) -> SeedResult:
+    import httpx
+
+    body = rollout_body(seed=seed, model=spec.model, split=spec.split, cfg=spec.cfg, target=spec.target)
+    started = time.perf_counter()
+
+    def done(status: str, **kw: Any) -> SeedResult:
+        return SeedResult(seed, status, round(time.perf_counter() - started, 3), **kw)
+
+    try:
+        response = await asyncio.wait_for(client.post("/rollout", json=body), spec.rollout_timeout)
+    except (TimeoutError, httpx.TimeoutException):
+        return done(TIMEOUT, error=f"no answer within {spec.rollout_timeout:g}s")
+    except httpx.HTTPError as exc:
+        return done(ERROR, error=redact(f"{type(exc).__name__}: {exc}")[:_ERROR_CHARS] or type(exc).__name__)
+    if not 200 <= response.status_code < 300:
+        return done(ERROR, http_status=response.status_code, error=_error_text(response))
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("trajectories"), list):
+        return done(ERROR, http_status=response.status_code,
+                    error="the task app answered 200 with something that is not a rollout response")
+    facts = task_facts(data, spec.split)
+    official, outcome = official_score(data), outcome_score(data)
+    judge_scores, judge_errors = await _judge(spec.judges, seed, facts, data)
+    result = done(OK, http_status=response.status_code, official_score=official, outcome_score=outcome,
+                  judge_scores=judge_scores, judge_errors=judge_errors, task_id=facts.task_id)
+    if store is not None:
+        session = session_for(data, seed=seed, model=spec.model, facts=facts, official=official, outcome=outcome,
+                              judge_scores=judge_scores,
+                              extra={"app_id": spec.app_id, "eval_run_id": spec.eval_run_id,
+                                     "run_id": body["run_id"], "source": "synth-ai eval"})
+        try:
+            await asyncio.to_thread(store.write, session)
+        except (OSError, sqlite3.Error) as exc:  # the rollout ran but is not kept: not a finished seed
+            result.status, result.error = ERROR, f"trace not stored in {store.path}: {type(exc).__name__}: {exc}"
+            return result
+        result.session_id, result.stored = session.session_id, True
+    return result
+
+
+async def _judge(judges: list[Judge], seed: int, facts: Any, data: dict[str, Any]) -> tuple[dict, dict]:
+    scores: dict[str, float | None] = {}
+    errors: dict[str, str] = {}
+    payload = {"seed": seed, "prompt_index": facts.prompt_index, "prompt": facts.prompt,
+               "completion": facts.completion, "metrics": data.get("metrics"), "response": data,
+               "trace": data.get("trace")}
+    for judge in judges:
+        try:
+            scores[judge.name] = await asyncio.to_thread(judge.score, payload)
+        except Exception as exc:  # a judge's failure is that judge's missing score, reported
+            scores[judge.name] = None
+            errors[judge.name] = redact(f"{type(exc).__name__}: {exc}")[:_ERROR_CHARS]
+    return scores, errors
+
+
+async def run_all(client: Any, spec: RunSpec, seeds: list[int], store: Any,
+                  on_result: Callable[[SeedResult], None]) -> list[SeedResult]:
+    """Every seed, at most `spec.concurrency` at once; results in seed order. `on_result` sees each as it ends."""
+    queue = list(enumerate(seeds))
+    results: list[SeedResult | None] = [None] * len(seeds)
+
+    async def worker() -> None:
+        while queue:
+            position, seed = queue.pop(0)
+            result = await run_seed(client, spec, seed, store)
+            results[position] = result
+            on_result(result)
+
+    await asyncio.gather(*(worker() for _ in range(min(spec.concurrency, len(seeds)))))
+    return [r for r in results if r is not None]

@@ -1,0 +1,184 @@
+"""`synth-ai eval` against the bundled math app, in-process and at `--url` (a real `synth-ai serve`), with a
+scripted OpenAI-compatible model server: scores, judges, seed filters, traces in SQLite, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port
+from eval_support import JUDGE_FILE, answering_policy, by_seed, sessions, write_config
+from taskapp_support import ENV_KEY, scripted_model, stop, subprocess_env, synth_ai_command, wait_for_health
+
+
+@pytest.fixture
+def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    return ENV_KEY
+
+
+def test_in_process_eval_scores_every_seed_and_stores_one_session_each(cli, isolated_home: Path) -> None:
+    with scripted_model(answering_policy(right={0, 2})) as (model_url, model):
+        config = write_config(isolated_home / "eval_math.toml", model_url)
+        result = cli("--json", "eval", "--config", str(config))
+        again = cli("--json", "eval", "--config", str(config), "--seeds", "5")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    doc = result.json()
+    assert doc["app_id"] == "math-single-step" and doc["split"] == "test" and doc["seeds"] == [0, 1, 2, 3]
+    assert [(r["seed"], r["status"], r["official_score"]) for r in doc["results"]] == [
+        (0, "ok", 1.0), (1, "ok", 0.0), (2, "ok", 1.0), (3, "ok", 0.0)]
+    assert doc["summary"]["official_mean"] == 0.5 and doc["summary"]["correct"] == 2
+    bodies = [r["body"] for r in model.requests]
+    assert len(bodies) == 5 and all(b["model"] == "scripted-model" and b["temperature"] == 0.0 for b in bodies)
+    db = isolated_home / "traces" / "v3" / "synth_ai.db"  # the default, under the working directory
+    stored = by_seed(db)
+    assert sorted(stored) == [0, 1, 2, 3, 5]  # the second run appended to the same DB
+    for seed, session in stored.items():
+        if seed == 5:
+            continue
+        meta = session["metadata"]
+        assert meta["task_split"] == "test" and meta["task_id"] == f"math_single_step:test:{seed}"
+        assert meta["model"] == "scripted-model" and meta["official_score"] == (1.0 if seed in (0, 2) else 0.0)
+        assert meta["prompt"] and "math_submit" in meta["completion"]
+        assert session["outcomes"] == [(1 if seed in (0, 2) else 0, 0)]
+        assert session["messages"] == ["system", "user", "assistant"]
+        assert session["events"] == ["cais", "environment"]
+    assert again.exit_code == 0
+    assert len(sessions(db)) == 5
+
+
+def test_flags_override_the_toml_and_human_output_has_the_summary(cli, isolated_home: Path) -> None:
+    with scripted_model(answering_policy(split="train")) as (model_url, model):
+        config = write_config(isolated_home / "eval.toml", model_url, seeds=[0, 1, 2, 3, 4, 5])
+        db = isolated_home / "custom.db"
+        result = cli("eval", "--config", str(config), "--seeds", "7,8", "--split", "train", "--model", "other-model",
+                     "--trace-db", str(db), "--concurrency", "1")
+        nothing = cli("--json", "eval", "--config", str(config), "--seeds", "1", "--trace-db", "none")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "Eval complete: 2 ok, 0 failed; model=other-model, split=train" in result.stdout
+    assert "Official mean: 1.000" in result.stdout and "math_single_step:train:7" in result.stdout
+    assert [r["body"]["model"] for r in model.requests] == ["other-model", "other-model", "scripted-model"]
+    assert sorted(by_seed(db)) == [7, 8]
+    assert "seed=7 status=ok" in result.stderr  # per-seed lines go to stderr with the progress bar
+    assert nothing.exit_code == 0 and nothing.json()["trace_db"] is None
+
+
+def test_judges_from_a_path_and_a_module_with_pearson_r(cli, isolated_home: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    (isolated_home / "judges").mkdir()
+    (isolated_home / "judges" / "score.py").write_text(JUDGE_FILE)
+    pkg = isolated_home / "pkg"
+    pkg.mkdir()
+    (pkg / "my_judges.py").write_text(JUDGE_FILE)
+    monkeypatch.syspath_prepend(str(pkg))
+    with scripted_model(answering_policy(right={0, 3})) as (model_url, _):
+        config = write_config(isolated_home / "eval.toml", model_url,
+                              judge={"half": {"path": "judges/score.py", "scale": 2.0},
+                                     "picky": {"module": "my_judges", "callable": "picky"}})
+        result = cli("--json", "eval", "--config", str(config))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    doc = result.json()
+    scores = {r["seed"]: r["judge_scores"] for r in doc["results"]}
+    assert scores[0] == {"half": 1.0, "picky": 1.0} and scores[2] == {"half": 0.0, "picky": 0.2}
+    assert scores[1]["picky"] is None and "no opinion" in doc["results"][1]["judge_errors"]["picky"]
+    judges = doc["summary"]["judges"]
+    assert judges["half"]["pearson_r"] == pytest.approx(1.0) and judges["half"]["mean"] == 0.5
+    assert judges["picky"]["pearson_r"] == pytest.approx(1.0) and judges["picky"]["scored"] == 3
+    stored = by_seed(isolated_home / "traces" / "v3" / "synth_ai.db")
+    assert stored[0]["metadata"]["judge_scores"] == {"half": 1.0, "picky": 1.0}
+    broken = write_config(isolated_home / "broken.toml", "http://127.0.0.1:9/v1",
+                          judge={"x": {"path": "judges/missing.py"}})
+    bad = cli("--json", "eval", "--config", str(broken))
+    assert bad.exit_code == 3 and "judge file not found" in bad.json()["error"]["message"]
+
+
+def test_metadata_and_metadata_sql_select_seeds(cli, isolated_home: Path) -> None:
+    with scripted_model(answering_policy(split="train")) as (model_url, model):
+        config = write_config(isolated_home / "eval.toml", model_url, seeds="0-9", split="train")
+        sql = cli("--json", "eval", "--config", str(config), "--metadata-sql",
+                  "SELECT seed FROM tasks WHERE problem LIKE 'Compute%' AND seed < 8")
+        exact = cli("--json", "eval", "--config", str(config), "--metadata", "index=4")
+        none = cli("--json", "eval", "--config", str(config), "--metadata", "index=999")
+        broken = cli("--json", "eval", "--config", str(config), "--metadata-sql", "SELECT nope FROM")
+        malformed = cli("--json", "eval", "--config", str(config), "--metadata", "no-equals-sign")
+    from eval_support import math_rows
+
+    rows = math_rows("train")
+    expected = [s for s in range(8) if rows[s]["problem"].startswith("Compute")]
+    assert expected and len(expected) < 8
+    assert sql.exit_code == 0, sql.stdout + sql.stderr
+    assert sql.json()["seeds"] == expected
+    assert exact.exit_code == 0 and exact.json()["seeds"] == [4]
+    assert none.exit_code == 3 and "No seeds match" in none.json()["error"]["message"]
+    assert broken.exit_code == 3 and "Failed to execute metadata SQL query" in broken.json()["error"]["message"]
+    assert "problem" in broken.json()["error"]["hint"]
+    assert malformed.exit_code == 3 and "must be key=value" in malformed.json()["error"]["message"]
+    assert len(model.requests) == len(expected) + 1
+
+
+def test_eval_at_url_against_synth_ai_serve(cli, isolated_home: Path, env_key: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = subprocess_env(ENVIRONMENT_API_KEY=env_key)
+    process = subprocess.Popen([*synth_ai_command(), "serve", "math-single-step", "--host", "127.0.0.1",
+                                "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_health(url, process=process)
+        with scripted_model(answering_policy()) as (model_url, _):
+            config = write_config(isolated_home / "eval.toml", model_url, task_app_url=url)
+            from_toml = cli("--json", "eval", "--config", str(config))
+            (isolated_home / "wrong.env").write_text("ENVIRONMENT_API_KEY=wrong-key-0123456789\n")
+            from_flag = cli("--json", "eval", "--config", str(config), "--url", url, "--seeds", "0")
+    finally:
+        stop(process)
+    assert from_toml.exit_code == 0, from_toml.stdout + from_toml.stderr
+    assert from_toml.json()["task_app"] == url
+    assert [r["official_score"] for r in from_toml.json()["results"]] == [1.0] * 4
+    assert from_flag.exit_code == 0
+    assert len(sessions(isolated_home / "traces" / "v3" / "synth_ai.db")) == 5
+
+
+def test_wrong_environment_key_is_an_error_per_seed_never_a_zero(cli, isolated_home: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    port = free_port()
+    process = subprocess.Popen([*synth_ai_command(), "serve", "math-single-step", "--host", "127.0.0.1",
+                                "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, text=True, env=subprocess_env(ENVIRONMENT_API_KEY=ENV_KEY),
+                               cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_health(url, process=process)
+        monkeypatch.setenv("ENVIRONMENT_API_KEY", "wrong-key-0123456789")
+        result = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0,1",
+                     "--backend", "http://127.0.0.1:9")
+        monkeypatch.delenv("ENVIRONMENT_API_KEY")
+        unset = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0")
+    finally:
+        stop(process)
+    assert result.exit_code == 11, result.stdout + result.stderr
+    doc = result.json()
+    assert [r["status"] for r in doc["results"]] == ["error", "error"]
+    assert all("official_score" not in r and "unauthorised" in r["error"] for r in doc["results"])
+    assert doc["summary"]["official_mean"] is None and doc["summary"]["stored"] == 0
+    assert "wrong-key-0123456789" not in result.stdout
+    assert unset.exit_code == 4 and "ENVIRONMENT_API_KEY" in unset.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("args, code, text", [
+    (["--seeds", "1,x"], 3, "Unable to parse seeds"),
+    (["--config", "missing.toml"], 8, "Eval config not found"),
+    (["--concurrency", "0"], 3, "--concurrency must be greater than zero"),
+    (["--url", "ftp://x"], 3, "must start with http"),
+    (["no-such-app"], 8, "Task app 'no-such-app' not found"),
+])
+def test_bad_input_is_reported_with_its_exit_code(cli, args, code, text) -> None:
+    result = cli("--json", "eval", "--model", "m", *(args if args[0].startswith("-") and "--url" not in args
+                                                     else args), *([] if any(a in args for a in ("--url",))
+                                                                   or not args[0].startswith("-") else
+                                                                   ["math-single-step"]))
+    assert result.exit_code == code, result.stdout + result.stderr
+    assert text in result.json()["error"]["message"]

@@ -1,0 +1,131 @@
+"""Seeds that fail are failures: a task app that errors or hangs on some seeds (errors and timeouts, never zeros,
+exit 11, only finished seeds stored), and Ctrl-C in the middle of a run (finished seeds kept, nothing half-written)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sqlite3
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from eval_support import answering_policy, by_seed, write_config
+from taskapp_support import scripted_model, subprocess_env, synth_ai_command
+
+FLAKY_APP = textwrap.dedent('''
+    import asyncio
+
+    from synth_ai.taskapp import (RolloutError, RolloutMetrics, RolloutResponse, RolloutStep, RolloutTrajectory,
+                                  TaskAppConfig, TaskAppEntry, TaskInfo, register_task_app)
+
+    async def rollout(request, fastapi_request=None):
+        seed = int(request.env.seed)
+        if seed % 3 == 1:
+            raise RolloutError(f"seed {seed} broke", status_code=500, code="boom")
+        if seed % 3 == 2:
+            await asyncio.sleep(60)
+        step = RolloutStep(obs={"task_id": f"flaky:{seed}", "prompt": f"say {seed}"}, tool_calls=[], reward=0.0,
+                           done=True)
+        return RolloutResponse(
+            run_id=request.run_id,
+            trajectories=[RolloutTrajectory(env_id=f"flaky:{seed}", policy_id="p", steps=[step],
+                                            final={"observation": {"completion": "nope"}}, length=1,
+                                            inference_url="http://unused")],
+            metrics=RolloutMetrics(episode_returns=[0.0], mean_return=0.0, num_steps=1, num_episodes=1,
+                                   outcome_score=0.0))
+
+    def build():
+        return TaskAppConfig(app_id="flaky-app", name="Flaky", description="fails on purpose",
+                             base_task_info=TaskInfo(task={"id": "flaky", "name": "Flaky"}, environment="flaky"),
+                             describe_taskset=lambda: {"id": "flaky"}, provide_task_instances=lambda s: [],
+                             rollout=rollout)
+
+    register_task_app(entry=TaskAppEntry(app_id="flaky-app", description="fails on purpose", config_factory=build))
+''')
+
+
+def test_errors_and_timeouts_are_reported_not_scored(cli, isolated_home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "flaky_task_app.py").write_text(FLAKY_APP)
+    monkeypatch.setenv("SYNTH_TASK_APP_SEARCH_PATH", str(apps))
+    db = isolated_home / "t.db"
+    args = ["eval", "flaky-app", "--model", "m", "--seeds", "0-5", "--concurrency", "6", "--rollout-timeout", "1",
+            "--trace-db", str(db), "--backend", "http://127.0.0.1:9"]
+    result = cli("--json", *args)
+    assert result.exit_code == 11, result.stdout + result.stderr
+    doc = result.json()
+    statuses = {r["seed"]: r["status"] for r in doc["results"]}
+    assert statuses == {0: "ok", 1: "error", 2: "timeout", 3: "ok", 4: "error", 5: "timeout"}
+    for r in doc["results"]:
+        if r["status"] == "ok":
+            assert r["official_score"] == 0.0 and r["task_id"] == f"flaky:{r['seed']}"
+        else:
+            assert "official_score" not in r and "outcome_score" not in r
+    assert "boom: seed 1 broke" in doc["results"][1]["error"] and "HTTP 500" in doc["results"][1]["error"]
+    assert doc["summary"] == {**doc["summary"], "ok": 2, "failed": 4, "errors": 2, "timeouts": 2, "stored": 2,
+                              "official_mean": 0.0}
+    stored = by_seed(db)
+    assert sorted(stored) == [0, 3]
+    assert stored[3]["metadata"]["prompt"] == "say 3" and stored[3]["metadata"]["completion"] == "nope"
+    assert stored[3]["messages"] == ["user", "assistant"]  # from the response: the app records no messages
+    human = cli(*args[:4], "--seeds", "0,1", *args[6:])
+    assert human.exit_code == 11
+    assert "Eval complete: 1 ok, 1 failed" in human.stdout and "error: HTTP 500" in human.stdout
+
+
+def test_ctrl_c_keeps_every_finished_seed(isolated_home: Path) -> None:
+    slow_from = 3
+
+    async def policy(body):
+        user = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+        if user in slow_problems:
+            await asyncio.sleep(60)
+        return answering_policy()(body)
+
+    from eval_support import math_rows
+
+    slow_problems = {row["problem"] for row in math_rows("test")[slow_from:]}
+    db = isolated_home / "ctrl-c.db"
+    with scripted_model(policy) as (model_url, _):
+        config = write_config(isolated_home / "eval.toml", model_url, seeds="0-9", concurrency=1)
+        process = subprocess.Popen([*synth_ai_command(), "eval", "--config", str(config), "--trace-db", str(db)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=isolated_home,
+                                   env=subprocess_env(), stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _count(db) < slow_from:
+                assert process.poll() is None, process.communicate()
+                time.sleep(0.1)
+            assert _count(db) == slow_from
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert process.returncode == 130, stdout + stderr
+    assert "Interrupted: 3 seed(s) finished, 3 stored" in stderr
+    stored = by_seed(db)
+    assert sorted(stored) == [0, 1, 2]
+    for session in stored.values():  # whole sessions only
+        assert session["outcomes"] == [(1, 0)] and session["messages"] == ["system", "user", "assistant"]
+    with sqlite3.connect(db) as conn:
+        orphans = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id NOT IN "
+                               "(SELECT session_id FROM session_traces)").fetchone()[0]
+    assert orphans == 0
+
+
+def _count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM session_traces").fetchone()[0]
+    except sqlite3.OperationalError:  # the schema is being created
+        return 0
