@@ -39,9 +39,7 @@ class BackendProcess:
 
     def start(self, timeout: float = 30.0) -> BackendProcess:
         env = dict(os.environ)
-        # No warm worker unless a test asks for one: it would import torch in every test's backend.
-        env.update({"SYNTH_AI_HOME": str(self.data_dir), "OMP_NUM_THREADS": "1", "SYNTH_AI_BACKEND_WARM_WORKER": "0",
-                    **self.extra_env})
+        env.update({"SYNTH_AI_HOME": str(self.data_dir), "OMP_NUM_THREADS": "1", **self.extra_env})
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(

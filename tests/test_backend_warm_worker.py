@@ -141,6 +141,33 @@ def test_cancel_and_crash_of_a_warm_started_worker(warm_backend, tmp_path):
         assert job_status(api, third) == "succeeded"
 
 
+def test_without_an_importable_training_stack_jobs_start_cold(tmp_path, tiny_models):
+    """A warm worker that cannot import torch tells the backend to stop keeping one; jobs then start cold and
+    fail with the usual reason (here a stand-in `torch` module that is not installed properly)."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    data = tmp_path / "data"
+    link_tiny(data, tiny_models)
+    pythonpath = os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH", "")) if p)
+    backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "1", "PYTHONPATH": pythonpath}).start()
+    try:
+        warm_log = data / "backend" / "warm_worker.log"
+        wait_for(lambda: warm_log.exists() and "cannot be imported" in warm_log.read_text(), timeout=60,
+                 what="the warm worker to report the broken stack")
+        with backend.client() as api:
+            file_id = upload(api, chat_jsonl(tmp_path / "n.jsonl")).json()["id"]
+            job_id = _start(api, file_id, steps=2)
+            wait_for(lambda: job_status(api, job_id) in FINISHED, timeout=60, what="the job to end")
+            final = api.get(f"/learning/jobs/{job_id}").json()
+            assert final["status"] == "failed"
+            assert "install the training extra" in final["error"], final["error"]
+        assert warm_log.read_text().count("cannot be imported") == 1  # not retried
+        assert warm_worker_pid(data) is None
+    finally:
+        backend.stop()
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:
