@@ -172,3 +172,24 @@ def events(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
 
 def job_status(client: httpx.Client, job_id: str) -> str:
     return client.get(f"/learning/jobs/{job_id}").json()["status"]
+
+
+def warm_worker_pid(data_dir: Path) -> int | None:
+    """Pid of the warm worker process waiting for a job in the backend that uses `data_dir`, or None."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"synth_ai.backend.worker\0--warm" in cmdline and f"SYNTH_AI_HOME={data_dir}".encode() in environ:
+            return int(pid)
+    return None
+
+
+def warm_ready_count(data_dir: Path) -> int:
+    """How many warm worker processes of this data dir's backend have said they are ready, so far."""
+    try:
+        return (data_dir / "backend" / "warm_worker.log").read_text(errors="replace").count(": ready after ")
+    except OSError:
+        return 0

@@ -34,6 +34,8 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("SYNTH_AI_HOME", str(home / ".synth-ai"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    # No warm worker in a test's backend unless the test asks for one: it would import torch in the background.
+    monkeypatch.setenv("SYNTH_AI_BACKEND_WARM_WORKER", "0")
     for name in _ISOLATED_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(work)

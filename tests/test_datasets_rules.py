@@ -512,9 +512,17 @@ def test_first_n_records(tmp_path):
         first_n_records(tmp_path / "missing.jsonl", 1, dest)
 
 
-def test_fast_and_full_paths_agree_on_every_record(tmp_path):
-    """The msgspec fast path may only vouch for records the full rules accept, with the same counts."""
+@pytest.mark.parametrize("simd", [True, False], ids=["pybase64", "translate"])
+def test_fast_and_full_paths_agree_on_every_record(tmp_path, monkeypatch, simd):
+    """The msgspec fast path may only vouch for records the full rules accept, with the same counts, whether it
+    checks base64 with pybase64's decoder or (without pybase64) with `bytes.translate`."""
     pytest.importorskip("msgspec")
+    from synth_ai.datasets import fastpath
+
+    if simd:
+        pytest.importorskip("pybase64")
+    else:
+        monkeypatch.setattr(fastpath, "_b64decode_simd", None)
     valid = [
         chat(), chat(image_part(data_url())),
         chat({"type": "text", "text": "é ü"}, image_part(data_url(WEBP, "image/webp"))),
@@ -539,6 +547,10 @@ def test_fast_and_full_paths_agree_on_every_record(tmp_path):
         {"image": data_url(), **chat()},
         chat(image_part(data_url(PNG)[:60] + "=" + data_url(PNG)[61:])),
         chat(image_part(data_url(PNG).replace("image/png", "image\\/png"))),
+        chat(image_part(data_url(PNG)[:-4] + "====")), chat(image_part(data_url(PNG)[:-4] + "A=A=")),
+        chat(image_part(data_url(PNG)[:-1] + " ")), chat(image_part(data_url(PNG)[:-4] + "-_AA")),
+        chat(image_part(data_url(PNG)[:-3])), chat(image_part("data:image/png;base64,")),
+        chat(image_part("data:image/png;base64," + base64.b64encode(b"not an image at all").decode())),
     ]
     lines = [json.dumps(r) for r in valid + unusual]
     lines.append('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": NaN}]}')

@@ -1,6 +1,7 @@
 """One job's worker process: `python -m synth_ai.backend.worker <job_id>`.
 
-Started by the backend's scheduler, one process per job run. It loads the job from SQLite, runs the trainer and
+Started by the backend's scheduler, one process per job run, either for its job or ahead of time as a warm worker
+(`--warm`, see `synth_ai.backend.warm`) that is handed the job id later. It loads the job from SQLite, runs the trainer and
 writes events, metrics and the final status to the database itself. torch, transformers and peft are imported
 here (through the trainer), never in the API process.
 
@@ -242,6 +243,10 @@ def _interrupted(store: J.JobStore, job_id: str, reporter: Reporter, why: str) -
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args == ["--warm"]:  # wait for a job with the training stack imported (synth_ai.backend.warm)
+        from synth_ai.backend.warm import serve
+
+        return serve()
     if len(args) != 1:
         print("usage: python -m synth_ai.backend.worker <job_id>", file=sys.stderr)
         return 2

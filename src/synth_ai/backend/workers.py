@@ -5,7 +5,8 @@ that exit, turns a cancel request into SIGTERM (then SIGKILL after a grace perio
 job a previous backend left `running`: resumed from its last checkpoint (the worker is started again and the
 trainer picks up its checkpoint) or failed with the reason.
 
-Workers are started from this one long-lived thread because Linux's PR_SET_PDEATHSIG (which the worker uses to
+Jobs are handed to a warm worker (a process that imported the training stack ahead of time, see
+`synth_ai.backend.warm`) when one is ready, else started cold. Workers are started from this one long-lived thread because Linux's PR_SET_PDEATHSIG (which the worker uses to
 notice the backend dying) fires when the *thread* that forked it exits.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from synth_ai.backend import jobs as J
 from synth_ai.backend.db import Database
 from synth_ai.backend.settings import BackendSettings
+from synth_ai.backend.warm import WarmPool
 from synth_ai.backend.worker import EXIT_INTERRUPTED, PARENT_ENV
 
 log = logging.getLogger("synth_ai.backend.scheduler")
@@ -40,6 +42,7 @@ class _Running:
     started: float = field(default_factory=time.monotonic)
     term_sent_at: float | None = None
     killed: bool = False
+    warm: bool = False  # handed to a warm worker (which may die before it claims the job)
 
 
 class Scheduler:
@@ -52,6 +55,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.warm = WarmPool(settings, self._worker_env())
+        self._cold_only: set[str] = set()  # jobs whose warm hand-off failed: their next start is cold
 
     # Lifecycle --------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -97,11 +102,14 @@ class Scheduler:
             log.info("worker for %s stopped with the backend (exit %s)", item.job_id, item.proc.returncode)
         with self._lock:
             self._running.clear()
+        self.warm.close()
 
     # One pass ---------------------------------------------------------------------------------------------------
     def tick(self) -> None:
         self._reap()
         self._handle_cancels()
+        if not self._stop.is_set():
+            self.warm.maintain()
         self._spawn_queued()
 
     def _reap(self) -> None:
@@ -118,6 +126,14 @@ class Scheduler:
     def _settle_exit(self, item: _Running, code: int) -> None:
         row = self.store.get(item.job_id)
         if row is None or row["status"] in J.TERMINAL:
+            return
+        if item.warm and row["status"] == "queued" and not row["cancel_requested"] and not self._stop.is_set():
+            # The warm worker died before it claimed the job: the job never started, so start it again, cold.
+            log.warning("warm worker pid %s died (exit %s) before starting job %s; starting it cold",
+                        item.proc.pid, code, item.job_id)
+            self.store.update(item.job_id, attempts=max(0, row["attempts"] - 1), worker_pid=None)
+            self._cold_only.add(item.job_id)
+            self.wake()
             return
         if row["cancel_requested"]:
             how = "was killed after the grace period" if item.killed else f"exited with code {code}"
@@ -170,6 +186,8 @@ class Scheduler:
                 break
             if row["id"] in busy:
                 continue
+            if self.warm.warming() and row["id"] not in self._cold_only:
+                break  # the warm worker is importing already: a cold start now would only be slower
             if row["cancel_requested"]:
                 self.store.transition(row["id"], "cancelled", only_from={"queued"},
                                       event=(J.EV_CANCELLED, "Job cancelled before it started.", None, "warning"))
@@ -185,29 +203,39 @@ class Scheduler:
                 continue
             free -= 1
 
+    def _worker_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["SYNTH_AI_HOME"] = str(self.settings.data_dir)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
     def _spawn(self, row) -> None:
         job_id = row["id"]
         job_dir = self.settings.job_dir(job_id)
         job_dir.mkdir(parents=True, exist_ok=True)
         log_path = job_dir / "worker.log"
-        env = dict(os.environ)
-        env["SYNTH_AI_HOME"] = str(self.settings.data_dir)
-        env[PARENT_ENV] = str(os.getpid())
-        env.setdefault("PYTHONUNBUFFERED", "1")
         attempts = row["attempts"] + 1
         # Count the attempt before the process exists: a crash right after spawn still counts.
         self.store.update(job_id, attempts=attempts)
+        cold = job_id in self._cold_only
+        self._cold_only.discard(job_id)
         with open(log_path, "ab") as log_file:
             log_file.write(f"\n=== attempt {attempts} ===\n".encode())
             log_file.flush()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "synth_ai.backend.worker", job_id],
-                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                cwd=str(job_dir), start_new_session=True, close_fds=True)
+            warm = None if cold else self.warm.take(job_id)
+            proc = warm
+            if proc is None:
+                env = self._worker_env()
+                env[PARENT_ENV] = str(os.getpid())
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "synth_ai.backend.worker", job_id],
+                    stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                    cwd=str(job_dir), start_new_session=True, close_fds=True)
         self.store.update(job_id, worker_pid=proc.pid)
         with self._lock:
-            self._running[job_id] = _Running(job_id, proc, log_path)
-        log.info("started worker pid %s for job %s (attempt %s)", proc.pid, job_id, attempts)
+            self._running[job_id] = _Running(job_id, proc, log_path, warm=warm is not None)
+        log.info("%s worker pid %s for job %s (attempt %s)", "cold" if warm is None else "warm",
+                 proc.pid, job_id, attempts)
 
     # Restart settlement -----------------------------------------------------------------------------------------
     def settle_on_startup(self) -> list[dict[str, str]]:
@@ -270,12 +298,15 @@ def _signame(num: int) -> str:
 
 
 def _is_worker_of(pid: int, job_id: str) -> bool:
-    """Whether `pid` is a live worker process for this job (guards against pid reuse)."""
+    """Whether `pid` is a live worker process for this job (guards against pid reuse). A warm-started worker has
+    no job id on its command line but works in the job's folder."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"synth_ai.backend.worker" not in cmdline:
+            return False
+        return job_id.encode() in cmdline or Path(os.readlink(f"/proc/{pid}/cwd")).name == job_id
     except OSError:
         return False
-    return b"synth_ai.backend.worker" in cmdline and job_id.encode() in cmdline
 
 
 def _stop_orphan(pid: int, grace: float) -> None:
