@@ -306,14 +306,16 @@ def test_cli_status_start_stop(cli, tmp_path):
     from conftest import free_port
 
     port = free_port()
-    assert cli("backend", "status", "--json").json()["running"] is False
+    before = cli("backend", "status", "--json")
+    assert before.json()["running"] is False and before.exit_code == 10  # scripts test it to decide to start one
     started = cli("backend", "start", "--port", str(port), "--json")
     assert started.exit_code == 0, started.stderr
     doc = started.json()
     assert doc["running"] and doc["healthy"] and doc["url"] == f"http://127.0.0.1:{port}"
     try:
-        status = cli("backend", "status", "--json").json()
-        assert status["pid"] == doc["pid"] and status["running"]
+        answered = cli("backend", "status", "--json")
+        status = answered.json()
+        assert status["pid"] == doc["pid"] and status["running"] and answered.exit_code == 0
         from synth_ai.backend.daemon import find_local_backend
 
         found = find_local_backend()
@@ -328,7 +330,8 @@ def test_cli_status_start_stop(cli, tmp_path):
     finally:
         stopped = cli("backend", "stop", "--json")
     assert stopped.json()["was_running"] is True
-    assert cli("backend", "status", "--json").json()["running"] is False
+    after = cli("backend", "status", "--json")
+    assert after.json()["running"] is False and after.exit_code == 10
     assert Path(doc["log_file"]).exists()
 
 

@@ -16,6 +16,7 @@ from synth_ai.cli.output import Output
 # Each module defines `register(app)` and adds exactly the top-level commands listed with it (a test checks).
 # Add an entry here to add commands. The order is the order of `synth-ai --help`.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "synth_ai.cli.demo_cmd": ("demo",),
     "synth_ai.cli.setup_cmd": ("setup",),
     "synth_ai.cli.train": ("train",),
     "synth_ai.cli.eval_cmd": ("eval",),

@@ -81,8 +81,9 @@ def register(app: typer.Typer) -> None:
 
     @group.command("status")
     def status_cmd(ctx: typer.Context, json_flag: bool = json_option()) -> None:
-        """Whether the backend runs, its URL and pid."""
+        """Whether the backend runs, its URL and pid. Exits 10 (unavailable) when no backend answers."""
         from synth_ai.backend.daemon import status
+        from synth_ai.errors import ExitCode
         from synth_ai.env.paths import data_dir
 
         out = output_of(ctx, json_flag)
@@ -97,5 +98,7 @@ def register(app: typer.Typer) -> None:
             o.info(f"Data dir: {doc['data_dir']}  Keys: {doc['key_file']}")
 
         out.result(doc, human)
+        if not (doc["running"] and doc["healthy"]):  # scripts test `synth-ai backend status` to decide to start one
+            raise typer.Exit(int(ExitCode.UNAVAILABLE))
 
     app.add_typer(group, name="backend")

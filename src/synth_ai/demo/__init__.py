@@ -1,0 +1,1 @@
+"""The whole loop on one machine: `synth-ai demo` (see flow.py)."""

@@ -1,0 +1,98 @@
+"""The two servers the demo needs: the embedded backend (reused when one runs) and the bundled task app.
+
+The demo stops only what it started: a backend that was already running stays up, and so does everything when
+`--keep` is given.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from synth_ai.errors import NetworkError
+
+TASK_APP_START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Services:
+    say: Callable[[str], None]
+    backend: dict[str, Any] = field(default_factory=dict)
+    started_backend: bool = False
+    task_app: subprocess.Popen | None = None
+    task_url: str | None = None
+
+    def start_backend(self) -> dict[str, Any]:
+        from synth_ai.backend.daemon import start
+        from synth_ai.backend.settings import BackendSettings
+
+        doc = start(BackendSettings.load())
+        self.started_backend = not doc.get("already_running")
+        self.backend = doc
+        verb = "started" if self.started_backend else "reusing the running"
+        self.say(f"Embedded backend: {verb} backend at {doc['url']} (pid {doc['pid']}).")
+        return doc
+
+    def serve_task_app(self, app_id: str, *, env: dict[str, str], cwd: Path, log_file: Path) -> str:
+        """`synth-ai serve <app_id> --port <free>` in the background; returns its URL once /health answers."""
+        import httpx
+
+        port = _free_port()
+        argv = [sys.executable, "-m", "synth_ai", "serve", app_id, "--host", "127.0.0.1", "--port", str(port)]
+        self.say(f"$ synth-ai serve {app_id} --port {port}   (task app, in the background; log {log_file})")
+        with open(log_file, "ab") as log:
+            self.task_app = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        headers = {"X-API-Key": env.get("ENVIRONMENT_API_KEY", "")}
+        deadline = time.monotonic() + TASK_APP_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.task_app.poll() is not None:
+                raise NetworkError(f"The task app {app_id} exited while starting (exit {self.task_app.returncode}).",
+                                   hint=f"See its log: {log_file}")
+            try:
+                if httpx.get(f"{url}/health", headers=headers, timeout=2.0).status_code == 200:
+                    self.task_url = url
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise NetworkError(f"The task app {app_id} did not answer within {TASK_APP_START_TIMEOUT_S:.0f}s.",
+                           hint=f"See its log: {log_file}")
+
+    def stop(self, *, keep: bool) -> list[str]:
+        """Stop what the demo started (nothing with `keep`); returns what it stopped, for the summary."""
+        stopped: list[str] = []
+        if keep:
+            return stopped
+        if self.task_app is not None and self.task_app.poll() is None:
+            try:
+                os.killpg(self.task_app.pid, signal.SIGTERM)
+                self.task_app.wait(timeout=15)
+            except (ProcessLookupError, PermissionError):
+                pass
+            except subprocess.TimeoutExpired:
+                self.task_app.kill()
+                self.task_app.wait()
+            stopped.append("task app")
+        if self.started_backend:
+            from synth_ai.backend.daemon import stop
+            from synth_ai.env.paths import data_dir
+
+            stop(data_dir())
+            stopped.append("backend")
+        return stopped
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
