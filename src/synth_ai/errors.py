@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     NOT_FOUND = 8
     SERVER = 9
     UNAVAILABLE = 10
+    NO_MATCH = 11
     INTERRUPTED = 130
 
 
@@ -41,6 +42,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOT_FOUND: "A named resource (job, file, model, task app) does not exist.",
     ExitCode.SERVER: "The server answered with an error it did not explain as bad input (5xx, malformed reply).",
     ExitCode.UNAVAILABLE: "The operation is not available here (missing optional dependency or capability).",
+    ExitCode.NO_MATCH: "Nothing to write: `filter` found no session matching its rules (no output is written).",
     ExitCode.INTERRUPTED: "Interrupted with Ctrl-C.",
 }
 
@@ -99,6 +101,11 @@ class NotFoundError(SynthError):
 class ServerError(SynthError):
     exit_code = ExitCode.SERVER
     code = "server"
+
+
+class NoMatchError(SynthError):
+    exit_code = ExitCode.NO_MATCH
+    code = "no_match"
 
 
 class RateLimitError(SynthError):
@@ -210,6 +217,7 @@ _ERROR_BY_CODE: dict[ExitCode, type[SynthError]] = {
     ExitCode.NOT_FOUND: NotFoundError,
     ExitCode.SERVER: ServerError,
     ExitCode.UNAVAILABLE: UnavailableError,
+    ExitCode.NO_MATCH: NoMatchError,
 }
 
 
