@@ -147,7 +147,7 @@ def test_shuffle_is_deterministic_and_offset_limit_apply_after_it(cli, tmp_path,
 
 def test_offset_past_every_example_is_no_match(cli, tmp_path, db):
     result, out = run(cli, tmp_path, db, offset=50)
-    assert result.exit_code == ExitCode.NO_MATCH == 11
+    assert result.exit_code == ExitCode.NO_MATCH == 12
     assert "All 9 matching examples were skipped by offset = 50" in result.json()["error"]["message"]
     assert not out.exists()
 
@@ -157,7 +157,7 @@ def test_nothing_matched_keeps_the_previous_output(cli, tmp_path, db):
     before = out.read_bytes()
     config = filter_config(tmp_path / "none.toml", db, out, models=["nobody"])
     result = cli("filter", "--config", str(config))
-    assert result.exit_code == 11
+    assert result.exit_code == ExitCode.NO_MATCH
     assert ("No sessions matched the provided filters. Adjust the filter thresholds or choose a different "
             "dataset.") in result.stderr
     assert "Read 10 sessions; dropped by rule: errored 2, models 8, no_examples 0." in result.stderr
@@ -236,7 +236,7 @@ def test_empty_database_is_no_match(cli, tmp_path):
     path = tmp_path / "empty.db"
     TraceStore(path).close()
     result, _ = run(cli, tmp_path, path)
-    assert result.exit_code == 11
+    assert result.exit_code == ExitCode.NO_MATCH
     assert result.json()["error"]["message"] == f"No traces found in database ({path})."
 
 

@@ -26,7 +26,7 @@ class ExitCode(IntEnum):
     NOT_FOUND = 8
     SERVER = 9
     UNAVAILABLE = 10
-    NO_MATCH = 11
+    NO_MATCH = 12
     INTERRUPTED = 130
 
 

@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         """Export filtered tracing sessions to SFT-ready JSONL based on a TOML config.
 
         Exit 0 when examples were written, 3 for an invalid config or database, 8 when the config or the
-        database does not exist, 11 when no session matched (nothing is written then).
+        database does not exist, 12 when no session matched (nothing is written then).
         """
         from synth_ai.config.loader import load_config
         from synth_ai.filter.flow import drop_summary, run_filter
