@@ -218,7 +218,9 @@ def test_policy_prompt_message_types(cli, tmp_path):
             ("assistant", json.dumps({"role": "assistant", "content": "move left"})),
             ("policy_user_prompt", "turn 2"), ("policy_system_prompt", "new episode"),
             ("assistant", "late reply"), ("user", json.dumps({"payload": {"content": "wrapped"}})),
-            ("assistant", json.dumps({"json_payload": json.dumps({"content": "from payload"})}))]
+            ("assistant", json.dumps({"json_payload": json.dumps({"content": "from payload"})})),
+            # 0.2.17's crafter app stores a tool-call reply as the JSON text of its calls
+            ("user", "act"), ("assistant", json.dumps([{"tool_name": "interact", "arguments": {"action": "do"}}]))]
     conn.executemany("INSERT INTO messages (session_id, message_type, content, timestamp) VALUES ('p', ?, ?, ?)",
                      [(t, c, f"2026-01-01T00:00:{i:02d}") for i, (t, c) in enumerate(rows)])
     conn.commit()
@@ -229,7 +231,11 @@ def test_policy_prompt_message_types(cli, tmp_path):
         [{"role": "user", "content": "turn 1"}, {"role": "assistant", "content": "move left"}],
         [{"role": "user", "content": "turn 2"}, {"role": "assistant", "content": "[no response recorded]"}],
         [{"role": "user", "content": "wrapped"}, {"role": "assistant", "content": "from payload"}],
+        [{"role": "user", "content": "act"}, {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "interact", "arguments": "{\"action\": \"do\"}"}}]}],
     ]
+    validated = cli("files", "validate", str(out))
+    assert validated.exit_code == 0, validated.stdout
 
 
 def test_empty_database_is_no_match(cli, tmp_path):

@@ -78,11 +78,31 @@ def _user_content(raw: Any) -> str | list[Any] | None:
     return text_of(body) or None
 
 
+def _as_tool_call(item: Any) -> dict[str, Any] | None:
+    """An OpenAI-style tool call from one stored call: already in that form, or `{tool_name|name, arguments|args}`
+    (what 0.2.17's crafter app stores as an assistant message's text)."""
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("function"), dict):
+        return item
+    name = item.get("tool_name") or item.get("name")
+    if not isinstance(name, str) or not name or item.get("type") in ("text", "image_url", "image"):
+        return None
+    arguments = item.get("arguments", item.get("args", {}))
+    call = {"type": "function", "function": {"name": name, "arguments": arguments if isinstance(arguments, str)
+                                             else json.dumps(arguments, ensure_ascii=False)}}
+    return {"id": item["id"], **call} if isinstance(item.get("id"), str) else call
+
+
 def _assistant_message(raw: Any) -> dict[str, Any]:
     message = decode(raw)
     body = unwrap(message)
     content: Any = body if isinstance(body, list) else text_of(body)
     calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if isinstance(body, list) and body:  # a list of tool calls stored as the content: tool_calls, not parts
+        converted = [_as_tool_call(item) for item in body]
+        if all(c is not None for c in converted):
+            calls, content = converted, ""
     if isinstance(calls, list) and calls:
         return {"role": "assistant", "content": content or "", "tool_calls": calls}
     return {"role": "assistant", "content": content or NO_RESPONSE}
