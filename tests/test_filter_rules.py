@@ -315,3 +315,22 @@ def test_example_config_works_as_written(cli, tmp_path):
     result = cli("filter", "--config", str(example))
     assert result.exit_code == 0, result.stderr
     assert sessions_of(work / "ft_data" / "math_correct.jsonl") == ["right"]
+
+
+def test_corrupt_database_mid_read_is_a_clear_error_and_keeps_the_output(cli, tmp_path):
+    path = tmp_path / "big.db"
+    with TraceStore(path) as store:
+        for i in range(300):
+            add_session(store, f"s{i:03d}", turns=[("q" * 200, "a" * 200)])
+    out = tmp_path / "out" / "train.jsonl"
+    out.parent.mkdir()
+    out.write_text("previous\n")
+    size = path.stat().st_size
+    with path.open("r+b") as handle:  # schema page intact, table pages garbage
+        handle.seek(size // 2)
+        handle.write(b"\xff" * (size // 2 - 4096))
+    result, _ = run(cli, tmp_path, path)
+    assert result.exit_code == ExitCode.INVALID_INPUT, result.stdout
+    assert f"Reading the trace database {path} failed" in result.json()["error"]["message"]
+    assert out.read_text() == "previous\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["train.jsonl"]

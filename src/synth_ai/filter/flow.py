@@ -9,11 +9,12 @@ file only when complete, and only when at least one record was written.
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synth_ai.errors import NoMatchError
+from synth_ai.errors import InvalidInputError, NoMatchError
 from synth_ai.filter.options import FilterOptions
 from synth_ai.filter.records import session_records
 from synth_ai.filter.rules import RULES, Candidate, build_rules, parse_created_at
@@ -65,18 +66,27 @@ def run_filter(options: FilterOptions) -> FilterReport:
     report.dropped = {name: 0 for name in RULES if any(name == r for r, _ in rules)}
     report.dropped["no_examples"] = 0
     with TraceReader(options.db) as reader:
-        report.sessions_total = reader.count_sessions()
-        if report.sessions_total == 0:
-            raise NoMatchError(f"No traces found in database ({options.db}).",
-                               hint="Run `synth-ai eval` or a traced task app (`synth-ai serve --trace-db`) first.",
-                               details=report.to_dict())
-        with AtomicJsonlWriter(options.output) as writer:
-            _select(reader, options, rules, report, writer)
-            if writer.count == 0:
-                raise NoMatchError(_empty_message(report, options), hint=drop_summary(report),
-                                   details=report.to_dict())
-            writer.commit()
+        try:
+            _read(reader, options, rules, report)
+        except sqlite3.DatabaseError as exc:  # locked past the busy timeout, corrupt pages, ...
+            raise InvalidInputError(f"Reading the trace database {options.db} failed: {exc}.",
+                                    hint="Check the file with `sqlite3 DB 'PRAGMA integrity_check'`; "
+                                    "nothing was written.") from exc
     return report
+
+
+def _read(reader: TraceReader, options: FilterOptions, rules: list, report: FilterReport) -> None:
+    report.sessions_total = reader.count_sessions()
+    if report.sessions_total == 0:
+        raise NoMatchError(f"No traces found in database ({options.db}).",
+                           hint="Run `synth-ai eval` or a traced task app (`synth-ai serve --trace-db`) first.",
+                           details=report.to_dict())
+    with AtomicJsonlWriter(options.output) as writer:
+        _select(reader, options, rules, report, writer)
+        if writer.count == 0:
+            raise NoMatchError(_empty_message(report, options), hint=drop_summary(report),
+                               details=report.to_dict())
+        writer.commit()
 
 
 def _select(reader: TraceReader, options: FilterOptions, rules: list, report: FilterReport,

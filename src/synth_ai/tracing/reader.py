@@ -48,7 +48,8 @@ class TraceReader:
             raise InvalidInputError(f"{path} is a folder, not a trace database file.", hint=DB_HINT)
         try:
             # read-only: filtering never creates, migrates or locks the database for writing
-            self._conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            self._conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                                         timeout=30.0)  # wait out a writer's lock
             self._tables = self._check_schema()
         except sqlite3.DatabaseError as exc:
             self._close_quietly()
