@@ -27,6 +27,7 @@ class ExitCode(IntEnum):
     SERVER = 9
     UNAVAILABLE = 10
     ROLLOUTS_FAILED = 11
+    NO_MATCH = 12
     INTERRUPTED = 130
 
 
@@ -43,6 +44,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.SERVER: "The server answered with an error it did not explain as bad input (5xx, malformed reply).",
     ExitCode.UNAVAILABLE: "The operation is not available here (missing optional dependency or capability).",
     ExitCode.ROLLOUTS_FAILED: "`eval`: some or all seeds errored or timed out (the rest were scored and stored).",
+    ExitCode.NO_MATCH: "Nothing to write: `filter` found no session matching its rules (no output is written).",
     ExitCode.INTERRUPTED: "Interrupted with Ctrl-C.",
 }
 
@@ -101,6 +103,11 @@ class NotFoundError(SynthError):
 class ServerError(SynthError):
     exit_code = ExitCode.SERVER
     code = "server"
+
+
+class NoMatchError(SynthError):
+    exit_code = ExitCode.NO_MATCH
+    code = "no_match"
 
 
 class RateLimitError(SynthError):
@@ -212,6 +219,7 @@ _ERROR_BY_CODE: dict[ExitCode, type[SynthError]] = {
     ExitCode.NOT_FOUND: NotFoundError,
     ExitCode.SERVER: ServerError,
     ExitCode.UNAVAILABLE: UnavailableError,
+    ExitCode.NO_MATCH: NoMatchError,
 }
 
 

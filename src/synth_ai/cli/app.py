@@ -26,6 +26,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "synth_ai.cli.taskapp_cmd": ("serve", "task-app"),
     "synth_ai.cli.deploy_cmd": ("deploy", "modal-serve"),
     "synth_ai.cli.files_cmd": ("files",),
+    "synth_ai.cli.filter_cmd": ("filter",),
     "synth_ai.cli.backend_cmd": ("backend",),
 }
 

@@ -69,6 +69,9 @@ def load_filter(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     assert validated is not None
     resolved = validated.model_dump(mode="json", exclude_none=True)
     resolved["min_judge_scores"], resolved["max_judge_scores"] = judge_min, judge_max
+    for key, instant in zip(("min_created_at", "max_created_at"), created, strict=True):
+        if instant is not None:  # one form whatever was written (date, datetime, ISO text, epoch seconds)
+            resolved[key] = instant.astimezone(timezone.utc).isoformat()
     return LoadedConfig(kind="filter", source=source, resolved={"filter": resolved}, issues=findings.issues)
 
 
@@ -95,16 +98,22 @@ def _judge_scores(findings: Findings, path: KeyPath, value: Any) -> dict[str, fl
     return scores
 
 
-def _timestamp(findings: Findings, path: KeyPath, value: Any) -> float | None:
-    """ISO-8601 strings, TOML dates and datetimes and epoch seconds, as a comparable epoch value."""
+def _timestamp(findings: Findings, path: KeyPath, value: Any) -> datetime | None:
+    """ISO-8601 strings, TOML dates and datetimes and epoch seconds, as an aware (UTC when unspecified) instant."""
     if value is None:
         return None
     if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     if isinstance(value, date):  # a TOML local date: midnight UTC
-        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc).timestamp()
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    if isinstance(value, str) and _is_number(value):  # "1767225600": epoch seconds, as 0.2.17 reads it
+        value = float(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return datetime.fromtimestamp(value, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            findings.error_found(path, "epoch seconds out of range", value, fix="write an ISO-8601 date instead")
+            return None
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -112,7 +121,15 @@ def _timestamp(findings: Findings, path: KeyPath, value: Any) -> float | None:
             findings.error_found(path, "expected an ISO-8601 date/time or epoch seconds", value,
                                  fix='write e.g. "2026-01-31T00:00:00Z"')
             return None
-        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
     if isinstance(value, bool):  # other types were already reported by the schema pass
         findings.error_found(path, "expected an ISO-8601 date/time or epoch seconds", value)
     return None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
