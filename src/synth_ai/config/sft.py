@@ -38,7 +38,7 @@ from synth_ai.config.kinds import FULL_MODES, LORA_MODES
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.toml_source import TomlSource, display_path
 from synth_ai.errors import InvalidInputError
-from synth_ai.models.registry import check_trainable, experimental_allowed, resolve_model
+from synth_ai.models.registry import ModelInfo, check_trainable, experimental_allowed, resolve_model
 
 STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")
 
@@ -130,6 +130,9 @@ class SFTConfig(BaseModel):
     hyperparameters: HyperparametersSection | None = None
     # `model_config` is pydantic's own attribute name, so the [model_config] table is reached through an alias.
     model_config_: ModelConfigSection | None = Field(default=None, alias="model_config")
+    # The product docs override the registry's image limit with `model.max_images_per_message`: a [model] table
+    # takes the [model_config] keys (a top-level `model = "..."` string is the model id, as in 0.2.17).
+    model: ModelConfigSection | NonEmptyStr | None = None
     policy: PolicySection | None = None
     lora: LoraSection | None = None
     tags: dict[str, Any] | None = None
@@ -176,11 +179,34 @@ def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
                       fix="keep only one of n_epochs / total_steps")
     if resolved_model is not None:
         resolved.setdefault("job", {})["model"] = resolved_model.canonical
+        _merge_model_table(findings, resolved, resolved_model.base)
         model_rules.resolve_sft(findings, resolved_model.base, resolved, uses_lora(resolved))
     _check_global_batch(findings, resolved)
     findings.raise_if_errors()
     return LoadedConfig(kind="sft", source=source, resolved=resolved, issues=findings.issues, model=resolved_model,
                         dataset=dataset, validation_dataset=validation)
+
+
+def _merge_model_table(findings: Findings, resolved: dict[str, Any], info: ModelInfo) -> None:
+    """Copy [model] settings (the docs' spelling) into [model_config], where the vision rules read them."""
+    model = resolved.get("model")
+    if not isinstance(model, dict):
+        return
+    if not info.supports_vision:
+        model_rules.reject_vision_on_text_model(findings, info, [
+            (("model", key), model[key], key != "supports_vision" or model[key] is True)
+            for key in ("supports_vision", "max_images_per_message", "vision_processor_id") if key in model])
+        return
+    target = resolved.setdefault("model_config", {})
+    for key, value in model.items():
+        if key not in ModelConfigSection.model_fields:
+            continue
+        if key in target and target[key] != value:
+            findings.error_found(("model", key), f"conflicts with [model_config].{key} = {target[key]!r}", value,
+                                 fix="set it in one of the two tables")
+        target.setdefault(key, value)
+    if not target:
+        del resolved["model_config"]
 
 
 def uses_lora(config: dict[str, Any]) -> bool:
@@ -216,15 +242,15 @@ def _default_algorithm(findings: Findings, data: dict[str, Any]) -> dict[str, st
     training = table(data, "training")
     mode = training.get("mode")
     if isinstance(mode, str) and mode.lower() in LORA_MODES:
-        variety, why = "lora", f'[training].mode = "{mode}"'
+        variety, why = "lora", f'from [training].mode = "{mode}"'
     elif training.get("use_qlora") is True and not (isinstance(mode, str) and mode.lower() in FULL_MODES):
-        variety, why = "lora", "[training].use_qlora = true"
+        variety, why = "lora", "from [training].use_qlora = true"
     elif isinstance(mode, str) and mode.strip():
-        variety, why = "fft", f'[training].mode = "{mode}"'
+        variety, why = "fft", f'from [training].mode = "{mode}"'
     else:
         variety, why = "fft", "no LoRA mode is set"
     findings.note(("algorithm",), f'not set; using type = "offline", method = "sft", variety = "{variety}" '
-                  f"(from {why})")
+                  f"({why})")
     return {"type": "offline", "method": "sft", "variety": variety}
 
 
