@@ -407,6 +407,7 @@ def test_sft_agent_loop_train_no_poll_then_poll_the_job(backend: BackendProcess,
     again = run_cli(*args)
     assert again.exit_code == 0, again.stdout + again.stderr
     assert f"Same job as an earlier run of this command (id={job_id}, status=succeeded)" in again.stdout
+    assert "already uploaded by an earlier run" in again.stdout and "Uploading" not in again.stdout
     with backend.client() as client:
         assert [j["id"] for j in client.get("/learning/jobs").json()["data"]] == [job_id]
         files = client.get("/files").json()
