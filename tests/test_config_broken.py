@@ -55,6 +55,7 @@ class Case:
 
 
 VL = ('base = "Qwen/Qwen3-4B"', 'base = "Qwen/Qwen3-VL-4B-Instruct"')
+NO_ALGORITHM = ('[algorithm]\ntype = "offline"\nmethod = "sft"\nvariety = "fft"\n', "")
 VL_SFT = ('model = "Qwen/Qwen3-4B"', 'model = "Qwen/Qwen3-VL-4B-Instruct"')
 
 CASES: list[Case] = [
@@ -273,9 +274,21 @@ CASES: list[Case] = [
               ('type = "offline"\nmethod = "sft"\nvariety = "fft"',
                'type = "online"\nmethod = "policy_gradient"\nvariety = "gspo"')),
          "[algorithm]", "but this command expects SFT"),
-    Case("sft-algorithm-missing", "sft",
-         edit("sft", ('[algorithm]\ntype = "offline"\nmethod = "sft"\nvariety = "fft"\n', "")),
-         "[algorithm]", "missing required [algorithm] section", line=None),
+    # Shaped as the product docs show SFT configs (no [algorithm]): the mistake is reported at its own key.
+    Case("sft-docs-shape-negative-batch", "sft",
+         edit("sft", NO_ALGORITHM, ("per_device_batch = 2", "per_device_batch = -2 #<")),
+         "[hyperparameters].per_device_batch", "greater than zero"),
+    Case("sft-docs-shape-warmup-ratio-above-one", "sft",
+         edit("sft", NO_ALGORITHM, ("warmup_ratio = 0.05", "warmup_ratio = 1.5 #<")),
+         "[hyperparameters].warmup_ratio", "between 0 and 1"),
+    Case("sft-docs-shape-no-step-count", "sft",
+         edit("sft", NO_ALGORITHM, ("[hyperparameters]\n", "[hyperparameters] #<\n"), ("n_epochs = 1\n", "")),
+         "[hyperparameters]", "include at least one of n_epochs, total_steps, train_steps, steps"),
+    Case("sft-step-count-missing", "sft",
+         edit("sft", ("[hyperparameters]\n", "[hyperparameters] #<\n"), ("n_epochs = 1\n", "")),
+         "[hyperparameters]", "no training length"),
+    Case("sft-qlora-with-full-mode", "sft", edit("sft", ("use_qlora = false", "use_qlora = true #<")),
+         "[training].use_qlora", "QLoRA with a full fine-tune mode"),
     Case("sft-algorithm-unsupported", "sft",
          edit("sft", ("[algorithm]\n", "[algorithm] #<\n"), ('variety = "fft"', 'variety = "qlora"')),
          "[algorithm]", "unsupported algorithm configuration"),
@@ -741,7 +754,7 @@ def test_empty_file_is_never_an_empty_config(tmp_path: Path):
         load_config(path, None, ResolveContext(environ={}))
     expected = {
         "rl": {"[algorithm]", "[model]", "[compute]", "[rollout]", "[services].task_url"},
-        "sft": {"[algorithm]", "[job]"},
+        "sft": {"[job]", "[hyperparameters]"},  # [algorithm] defaults to offline/sft (the docs' shape has none)
         "eval": {"app_id", "seeds"},
         "filter": {"[filter]"},
     }

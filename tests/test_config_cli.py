@@ -32,6 +32,11 @@ DATA = Path(__file__).parent / "data" / "broken_configs"
     ({"training": {"mode": "sft-lora"}}, "sft"),
     ({"hyperparameters": {"train_kind": "fft"}}, "sft"),
     ({"hyperparameters": {"train_kind": "sft"}}, "sft"),
+    # shaped as the product docs show SFT configs (no [algorithm])
+    ({"training": {"mode": "full_finetune"}}, "sft"),
+    ({"training": {"mode": "QLoRA"}}, "sft"),
+    ({"training": {"mode": "lora"}, "services": {"task_url": "x"}}, "rl"),
+    ({"job": {"model": "Qwen/Qwen3-4B"}, "hyperparameters": {"n_epochs": 1}}, "sft"),
     # order: the RL clues of [algorithm] come before its SFT clues, [algorithm] before everything else
     ({"algorithm": {"method": "sft", "type": "online"}}, "rl"),
     ({"algorithm": {"method": "sft", "variety": "gspo"}}, "rl"),
@@ -41,7 +46,9 @@ DATA = Path(__file__).parent / "data" / "broken_configs"
     # not clues
     ({"type": "sft"}, None),
     ({"job_type": "sft"}, None),
-    ({"training": {"mode": "full_finetune"}}, None),
+    ({"job": {"model": "Qwen/Qwen3-4B"}}, None),
+    ({"hyperparameters": {"n_epochs": 1}}, None),
+    ({"training": {"mode": "online"}}, None),
     ({"services": {"judge_url": "x"}}, None),
     ({}, None),
     ({"algorithm": "gspo"}, None),

@@ -192,13 +192,6 @@ def test_sft_training_file_id_is_null_before_upload(tmp_path: Path):
     assert build_sft_payload(_sft(tmp_path))["training_file_id"] is None
 
 
-def test_sft_n_epochs_defaults_to_one(tmp_path: Path):
-    loaded = _sft(tmp_path, SFT_BASE.replace("n_epochs = 1\n", ""))
-    assert build_sft_payload(loaded)["hyperparameters"]["n_epochs"] == 1
-    (note,) = [n for n in loaded.notes if n.key == "[hyperparameters].n_epochs"]
-    assert "1 epoch" in note.message
-
-
 def test_sft_step_count_instead_of_epochs(tmp_path: Path):
     loaded = _sft(tmp_path, SFT_BASE.replace("n_epochs = 1", "total_steps = 50"))
     hyper = build_sft_payload(loaded)["hyperparameters"]

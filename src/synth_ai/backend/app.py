@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from synth_ai import __version__
 from synth_ai.backend.auth import KeyChecker, accepted_keys, bearer_token, ensure_keys, environment_keys
+from synth_ai.backend.capabilities import training_capability
 from synth_ai.backend.db import Database
 from synth_ai.backend.errors import ApiError, error_body
 from synth_ai.backend.files import FileService
@@ -159,9 +160,11 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
                                        hint="This is a bug in the synth-ai backend; the log has the traceback."),
                             status_code=500)
 
+    training = training_capability()  # the environment does not change while the server runs
+
     @app.get("/health", include_in_schema=False)
     def health() -> dict[str, Any]:
-        return {"status": "ok", "service": "synth-ai-backend", "version": __version__}
+        return {"status": "ok", "service": "synth-ai-backend", "version": __version__, "training": training}
 
     from synth_ai.backend.routes import env_keys, files, inference, learning, rl
 
@@ -171,6 +174,7 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
 
     @app.get("/api/health", dependencies=api_deps, include_in_schema=False)
     def api_health() -> dict[str, Any]:
-        return {"status": "ok", "service": "synth-ai-backend", "version": __version__, "authenticated": True}
+        return {"status": "ok", "service": "synth-ai-backend", "version": __version__, "authenticated": True,
+                "training": training}
 
     return app

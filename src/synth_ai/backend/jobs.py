@@ -219,6 +219,8 @@ def job_json(row: sqlite3.Row, files: list[sqlite3.Row] | None = None) -> dict[s
         "status": row["status"],
         "model": row["model"],
         "fine_tuned_model": row["fine_tuned_model"],
+        # The hosted API links an orchestration job that streams events; here the job streams its own.
+        "linked_job_id": None,
         "error": row["error"],
         "cancel_requested": bool(row["cancel_requested"]),
         "attempts": row["attempts"],

@@ -28,6 +28,7 @@ from typing import Any
 from synth_ai.backend import jobs as J
 from synth_ai.backend.db import Database, loads, utcnow
 from synth_ai.backend.settings import BackendSettings
+from synth_ai.env.extras import install_commands
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -217,8 +218,8 @@ def run(job_id: str) -> int:
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, ModuleNotFoundError):
-        text = (f"a dependency of the trainer is not installed ({exc.name}); install the training extra: "
-                "pip install 'synth-ai[train]'")
+        text = (f"a dependency of the trainer is not installed ({exc.name}); add the training extra to the "
+                f"backend's environment and restart it:\n{install_commands('train', 'synth-ai backend start')}")
     elif isinstance(exc, ImportError):
         text = f"the trainer could not be loaded: {text}"
     return text[:2000]

@@ -44,7 +44,19 @@ def locate_embedded(backend: BackendTarget, say: Callable[[str], None], *, autos
     say(f"No backend answers; starting the embedded backend on {EMBEDDED_HOST}:{port} "
         "(stop it with `synth-ai backend stop`).")
     state = daemon.start(BackendSettings.load(host=EMBEDDED_HOST, port=port))
-    return BackendTarget(state.get("api_base") or ensure_api_base(str(state["url"])), backend.source, True)
+    return BackendTarget(state.get("api_base") or ensure_api_base(str(state["url"])), backend.source, True,
+                         started_here=not state.get("already_running"))
+
+
+def stop_started_backend(backend: BackendTarget, say: Callable[[str], None]) -> None:
+    """Stop the embedded backend that this command started (`started_here`), e.g. when it cannot be used."""
+    from synth_ai.backend import daemon
+    from synth_ai.env.paths import data_dir
+
+    if not (backend.embedded and backend.started_here):
+        return
+    if daemon.stop(data_dir(create=False)).get("stopped"):
+        say("Stopped the embedded backend this command had started.")
 
 
 def open_api(backend: BackendTarget, *, say: Callable[[str], None], autostart: bool = True,

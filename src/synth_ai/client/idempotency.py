@@ -58,6 +58,19 @@ class IdempotencyStore:
             self._write(data)
         return str(entry["key"])
 
+    def remember(self, fingerprint_: str, result_id: str) -> None:
+        """Note what the operation created (e.g. the file id), so a re-run can look it up instead of redoing it."""
+        data = self._read()
+        entry = data.get(fingerprint_)
+        if entry is not None and entry.get("result") != result_id:
+            entry["result"] = result_id
+            self._write(data)
+
+    def result(self, fingerprint_: str) -> str | None:
+        """What an earlier run of the operation created, if it said (`remember`)."""
+        value = self._read().get(fingerprint_, {}).get("result")
+        return value if isinstance(value, str) else None
+
     def has(self, fingerprint_: str) -> bool:
         """Whether an earlier run already stored a key for this operation (so the backend may answer with what
         that run created)."""

@@ -46,6 +46,9 @@ class Findings:
     source: TomlSource
     issues: list[ConfigIssue] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.issues[:0] = self.source.repairs  # lenient reads of the file come first, as warnings
+
     def error(self, path: KeyPath, message: str, *, fix: str | None = None, found: Any = None,
               has_found: bool = False) -> None:
         self.issues.append(self.source.issue(path, message, fix=fix, found=found, has_found=has_found))

@@ -1,11 +1,16 @@
 """Which kind of config a TOML file is (rl, sft, eval, filter), inferred as synth-ai 0.2.17 does for training
-configs, extended to eval and filter files."""
+configs, extended to eval and filter files and to SFT files shaped as the product documentation shows them
+(`[job]` + `[hyperparameters]`, or a `[training].mode` such as `full_finetune`, with no `[algorithm]`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 KINDS = ("rl", "sft", "eval", "filter")
+# `[training].mode` values of an SFT config (the documented ones and their aliases); no RL config uses them.
+FULL_MODES = {"full_finetune", "full", "fft"}
+LORA_MODES = {"lora", "peft", "qlora"}
+SFT_TRAINING_MODES = FULL_MODES | LORA_MODES
 
 
 def infer_kind(data: dict[str, Any]) -> str | None:
@@ -43,5 +48,10 @@ def infer_training_kind(data: dict[str, Any]) -> str | None:
         return "sft"
     hyper = data.get("hyperparameters") if isinstance(data.get("hyperparameters"), dict) else {}
     if str(hyper.get("train_kind", "")).lower() in {"sft", "fft"}:
+        return "sft"
+    # The product docs' SFT config has no [algorithm]: after every RL clue has been ruled out, these are SFT.
+    if mode in SFT_TRAINING_MODES:
+        return "sft"
+    if isinstance(data.get("job"), dict) and isinstance(data.get("hyperparameters"), dict):
         return "sft"
     return None

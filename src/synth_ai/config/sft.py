@@ -34,13 +34,13 @@ from synth_ai.config.fields import (
     Ratio,
     StringList,
 )
+from synth_ai.config.kinds import FULL_MODES, LORA_MODES
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.toml_source import TomlSource, display_path
 from synth_ai.errors import InvalidInputError
-from synth_ai.models.registry import check_trainable, experimental_allowed, resolve_model
+from synth_ai.models.registry import ModelInfo, check_trainable, experimental_allowed, resolve_model
 
 STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")
-LORA_MODES = {"lora", "peft", "qlora"}
 
 
 class JobSection(BaseModel):
@@ -130,6 +130,9 @@ class SFTConfig(BaseModel):
     hyperparameters: HyperparametersSection | None = None
     # `model_config` is pydantic's own attribute name, so the [model_config] table is reached through an alias.
     model_config_: ModelConfigSection | None = Field(default=None, alias="model_config")
+    # The product docs override the registry's image limit with `model.max_images_per_message`: a [model] table
+    # takes the [model_config] keys (a top-level `model = "..."` string is the model id, as in 0.2.17).
+    model: ModelConfigSection | NonEmptyStr | None = None
     policy: PolicySection | None = None
     lora: LoraSection | None = None
     tags: dict[str, Any] | None = None
@@ -142,7 +145,7 @@ def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
         data = {**data, "job": {"model": data["model"]}}  # a top-level `model = "..."` string is accepted
     validated = validate_section(findings, SFTConfig, data)
     data = checked_data(validated, data)
-    _check_algorithm(findings, data)
+    default_algorithm = _check_algorithm(findings, data)
     model_id = ctx.model or table(data, "job").get("model")
     if not (isinstance(model_id, str) and model_id.strip()):
         if "job" in data:  # a missing [job] table is already reported by the schema pass
@@ -160,6 +163,7 @@ def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
             findings.error_found(("job", "model"), exc.message, model_id, fix=exc.hint)
             resolved_model = None
     _check_modes(findings, data)
+    _check_steps(findings, data)
     _check_parallelism(findings, data)
     dataset = _resolve_dataset(findings, data, ctx, source)
     validation = _resolve_validation(findings, data, source)
@@ -167,20 +171,42 @@ def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     assert validated is not None
 
     resolved = validated.model_dump(mode="json", exclude_none=True, by_alias=True)
+    if default_algorithm is not None:
+        resolved["algorithm"] = default_algorithm
     hyper = resolved.setdefault("hyperparameters", {})
-    if not any(k in hyper for k in STEP_KEYS):
-        hyper["n_epochs"] = 1
-        findings.note(("hyperparameters", "n_epochs"), "not set; training runs 1 epoch")
-    elif "n_epochs" in hyper and any(k in hyper for k in STEP_KEYS[1:]):
+    if "n_epochs" in hyper and any(k in hyper for k in STEP_KEYS[1:]):
         findings.warn(("hyperparameters",), "both n_epochs and a step count are set; the step count wins",
                       fix="keep only one of n_epochs / total_steps")
     if resolved_model is not None:
         resolved.setdefault("job", {})["model"] = resolved_model.canonical
+        _merge_model_table(findings, resolved, resolved_model.base)
         model_rules.resolve_sft(findings, resolved_model.base, resolved, uses_lora(resolved))
     _check_global_batch(findings, resolved)
     findings.raise_if_errors()
     return LoadedConfig(kind="sft", source=source, resolved=resolved, issues=findings.issues, model=resolved_model,
                         dataset=dataset, validation_dataset=validation)
+
+
+def _merge_model_table(findings: Findings, resolved: dict[str, Any], info: ModelInfo) -> None:
+    """Copy [model] settings (the docs' spelling) into [model_config], where the vision rules read them."""
+    model = resolved.get("model")
+    if not isinstance(model, dict):
+        return
+    if not info.supports_vision:
+        model_rules.reject_vision_on_text_model(findings, info, [
+            (("model", key), model[key], key != "supports_vision" or model[key] is True)
+            for key in ("supports_vision", "max_images_per_message", "vision_processor_id") if key in model])
+        return
+    target = resolved.setdefault("model_config", {})
+    for key, value in model.items():
+        if key not in ModelConfigSection.model_fields:
+            continue
+        if key in target and target[key] != value:
+            findings.error_found(("model", key), f"conflicts with [model_config].{key} = {target[key]!r}", value,
+                                 fix="set it in one of the two tables")
+        target.setdefault(key, value)
+    if not target:
+        del resolved["model_config"]
 
 
 def uses_lora(config: dict[str, Any]) -> bool:
@@ -190,38 +216,69 @@ def uses_lora(config: dict[str, Any]) -> bool:
     return variety == "lora" or mode in LORA_MODES or kind in LORA_MODES or table(config, "training").get("use_qlora") is True
 
 
-def _check_algorithm(findings: Findings, data: dict[str, Any]) -> None:
+def _check_algorithm(findings: Findings, data: dict[str, Any]) -> dict[str, str] | None:
+    """Check [algorithm]; when it is absent (the product docs' SFT config has none), return the default one."""
     algorithm = data.get("algorithm")
     if algorithm is None:
-        findings.error(("algorithm",), "missing required [algorithm] section",
-                       fix="add [algorithm] with type = \"offline\", method = \"sft\", variety = \"fft\" (or \"lora\")")
-        return
+        return _default_algorithm(findings, data)
     if not isinstance(algorithm, dict):
-        return
+        return None
     if not algorithm_complete(algorithm):
-        return  # a missing or mistyped key: reported by the schema pass
+        return None  # a missing or mistyped key: reported by the schema pass
     combo = algorithm_combo(algorithm)
     if combo in SFT_ALGORITHMS:
-        return
+        return None
     if combo in RL_ALGORITHMS:
         findings.error(("algorithm",), f"config contains algorithm '{algorithm_label(algorithm)}', but this command "
                        "expects SFT", fix="use `--type rl` for RL configs")
-        return
+        return None
     findings.error_found(("algorithm",), "unsupported algorithm configuration", algorithm_label(algorithm),
                          fix="use " + describe_combos(SFT_ALGORITHMS))
+    return None
+
+
+def _default_algorithm(findings: Findings, data: dict[str, Any]) -> dict[str, str]:
+    """offline/sft, with the variety following [training].mode and use_qlora (LoRA for lora/qlora/peft)."""
+    training = table(data, "training")
+    mode = training.get("mode")
+    if isinstance(mode, str) and mode.lower() in LORA_MODES:
+        variety, why = "lora", f'from [training].mode = "{mode}"'
+    elif training.get("use_qlora") is True and not (isinstance(mode, str) and mode.lower() in FULL_MODES):
+        variety, why = "lora", "from [training].use_qlora = true"
+    elif isinstance(mode, str) and mode.strip():
+        variety, why = "fft", f'from [training].mode = "{mode}"'
+    else:
+        variety, why = "fft", "no LoRA mode is set"
+    findings.note(("algorithm",), f'not set; using type = "offline", method = "sft", variety = "{variety}" '
+                  f"({why})")
+    return {"type": "offline", "method": "sft", "variety": variety}
+
+
+def _check_steps(findings: Findings, data: dict[str, Any]) -> None:
+    """The product docs require a step count; 0.2.17 silently trained one epoch without one."""
+    hyper = data.get("hyperparameters")
+    if hyper is not None and not isinstance(hyper, dict):
+        return  # wrong type: reported by the schema pass
+    if hyper is None or not any(k in hyper for k in STEP_KEYS):
+        findings.error(("hyperparameters",), "no training length: include at least one of " + ", ".join(STEP_KEYS),
+                       fix="add e.g. n_epochs = 1 (or total_steps = 100) under [hyperparameters]")
 
 
 def _check_modes(findings: Findings, data: dict[str, Any]) -> None:
-    """The algorithm's variety and [training].mode must not contradict each other."""
+    """The algorithm's variety, [training].mode and use_qlora must not contradict each other."""
     variety = str(table(data, "algorithm").get("variety", "")).lower()
     mode = table(data, "training").get("mode")
     if not isinstance(mode, str):
+        return
+    if table(data, "training").get("use_qlora") is True and mode.lower() in FULL_MODES:
+        findings.error_found(("training", "use_qlora"), "QLoRA with a full fine-tune mode", True,
+                             fix='set [training].mode = "qlora" (or "lora"), or use_qlora = false')
         return
     lora_mode = mode.lower() in LORA_MODES
     if variety == "fft" and lora_mode:
         findings.error_found(("training", "mode"), "LoRA mode with a full fine-tune algorithm (variety = \"fft\")",
                              mode, fix='set [algorithm].variety = "lora", or [training].mode = "full_finetune"')
-    elif variety == "lora" and mode.lower() in {"full", "full_finetune", "fft"}:
+    elif variety == "lora" and mode.lower() in FULL_MODES:
         findings.error_found(("training", "mode"), "full fine-tune mode with a LoRA algorithm (variety = \"lora\")",
                              mode, fix='set [training].mode = "lora", or [algorithm].variety = "fft"')
 

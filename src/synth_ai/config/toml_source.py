@@ -100,6 +100,7 @@ class TomlSource:
     path: Path
     data: dict[str, Any]
     locator: KeyLocator
+    repairs: list[ConfigIssue] = field(default_factory=list)  # warnings about syntax read leniently
 
     @property
     def display(self) -> str:
@@ -114,10 +115,12 @@ class TomlSource:
 
 def display_path(path: Path) -> str:
     """The path as the user would recognise it: relative to the working directory when inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+    for shown, cwd in ((path.absolute(), Path.cwd().absolute()), (path.resolve(), Path.cwd().resolve())):
+        try:  # unresolved first, so a symlinked config keeps the name it was given
+            return str(shown.relative_to(cwd))
+        except ValueError:
+            continue
+    return str(path)
 
 
 def format_key_path(path: tuple[str | int, ...]) -> str:
@@ -170,6 +173,9 @@ def load_toml(path: str | Path) -> TomlSource:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        lenient = _read_json_style_tables(file, text)
+        if lenient is not None:
+            return lenient
         message = str(exc)
         match = _POSITION.search(message)
         line = getattr(exc, "lineno", None) or (int(match.group(1)) if match else None)
@@ -180,6 +186,27 @@ def load_toml(path: str | Path) -> TomlSource:
         raise ConfigError([issue], file=display_path(file),
                           hint="Fix the TOML syntax at the line shown; nothing was submitted.") from None
     return TomlSource(path=file, data=data, locator=KeyLocator.scan(text))
+
+
+def _read_json_style_tables(file: Path, text: str) -> TomlSource | None:
+    """The file read with `{ "key": value }` inline tables taken as `{ "key" = value }` (see toml_repair), or
+    None when that is not what kept it from parsing."""
+    from synth_ai.config.toml_repair import colons_as_equals
+
+    repaired, lines = colons_as_equals(text)
+    if not lines:
+        return None
+    try:
+        data = tomllib.loads(repaired)
+    except tomllib.TOMLDecodeError:
+        return None
+    original = text.splitlines()
+    repairs = [ConfigIssue(message="inline table written with ':' (JSON style), which is not TOML; read as '='",
+                           file=display_path(file), line=number, found=original[number - 1].strip(), has_found=True,
+                           fix=f"write {repaired.splitlines()[number - 1].strip()!r} so other TOML tools read it too",
+                           severity="warning")
+               for number in lines]
+    return TomlSource(path=file, data=data, locator=KeyLocator.scan(repaired), repairs=repairs)
 
 
 def _syntax_fix(text: str, line: int | None) -> str | None:

@@ -38,6 +38,7 @@ class BackendTarget:
     api_base: str  # always ends in /api
     source: str  # which setting chose it, for messages ("--backend", "BACKEND_BASE_URL", ...)
     embedded: bool  # True when it is this machine's embedded backend (train may start it)
+    started_here: bool = False  # this command started it (and stops it again if it refuses to use it)
 
 
 def ensure_api_base(url: str) -> str:

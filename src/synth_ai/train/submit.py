@@ -140,14 +140,33 @@ def _upload(api: SynthAPI, path: Path, sha256: str | None, label: str, hooks: Ho
     size = path.stat().st_size
     fp = fingerprint("files.upload", api.transport.api_base, sha256 or str(path.resolve()), path.name, size)
     fingerprints.append(fp)
+    earlier = _earlier_upload(api, store.result(fp))
+    if earlier is not None:  # a re-run (e.g. `--no-poll` to check on the job) does not send the bytes again
+        hooks.say(f"✓ {label.capitalize()} already uploaded by an earlier run (id={earlier['id']}, "
+                  f"status={earlier.get('status', 'unknown')})")
+        return earlier
     hooks.say(f"Uploading {label}: {display_path(path)} ({size:,} bytes) to {api.transport.url('/files')}")
     progress = None
     if hooks.upload_progress is not None:
         def progress(sent: int, _label: str = label) -> None:
             hooks.upload_progress(_label, sent, size)  # type: ignore[misc]
     doc = api.files.upload(path, idempotency_key=store.key_for(fp), on_progress=progress)
+    if isinstance(doc.get("id"), str):
+        store.remember(fp, doc["id"])
     hooks.say(f"✓ {label.capitalize()} uploaded (id={doc['id']}, status={doc.get('status', 'unknown')})")
     return doc
+
+
+def _earlier_upload(api: SynthAPI, file_id: str | None) -> dict[str, Any] | None:
+    """The file an earlier run uploaded, when the backend still has it and has not rejected it."""
+    if file_id is None:
+        return None
+    try:
+        doc = api.files.get(file_id)
+    except NotFoundError:
+        return None
+    status = str(doc.get("status") or "").lower() if isinstance(doc, dict) else "invalid"
+    return doc if status not in INVALID else None
 
 
 def _wait_ready(api: SynthAPI, doc: dict[str, Any], hooks: Hooks, *, clock, sleep) -> dict[str, Any]:
