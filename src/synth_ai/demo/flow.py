@@ -77,6 +77,7 @@ def run_demo(*, run_dir: Path | None, fast: bool, keep: bool, say: Callable[[str
     job_ids: list[tuple[str, str]] = []
     try:
         backend = services.start_backend()
+        services.warm_model(MODEL)
         task_url = services.serve_task_app(APP_ID, env=env, cwd=root, log_file=root / "task_app.log")
         configs = write_configs(files, sizes, task_url)
         api = backend["api_base"]

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from synth_ai.errors import NetworkError
 
 TASK_APP_START_TIMEOUT_S = 60.0
+MODEL_WARM_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -38,6 +39,24 @@ class Services:
         verb = "started" if self.started_backend else "reusing the running"
         self.say(f"Embedded backend: {verb} backend at {doc['url']} (pid {doc['pid']}).")
         return doc
+
+    def warm_model(self, model: str) -> None:
+        """Build (first use only) and load the model before rollouts start: a cold tiny model takes longer to build
+        than a task app waits for one answer, and every concurrent first rollout would time out."""
+        import httpx
+
+        from synth_ai.backend.auth import default_key
+        from synth_ai.env.paths import data_dir
+
+        self.say(f"Loading {model} (built on first use; about a minute on 2 cores) ...")
+        response = httpx.post(f"{self.backend['api_base']}/inference/v1/chat/completions",
+                              headers={"Authorization": f"Bearer {default_key(data_dir())}"},
+                              json={"model": model, "messages": [{"role": "user", "content": "Hello"}],
+                                    "max_tokens": 1},
+                              timeout=MODEL_WARM_TIMEOUT_S)
+        if response.status_code != 200:
+            raise NetworkError(f"The embedded backend could not load {model} (HTTP {response.status_code}).",
+                               hint=f"See the backend log: {self.backend.get('log_file')}")
 
     def serve_task_app(self, app_id: str, *, env: dict[str, str], cwd: Path, log_file: Path) -> str:
         """`synth-ai serve <app_id> --port <free>` in the background; returns its URL once /health answers."""
