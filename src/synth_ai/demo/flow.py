@@ -89,7 +89,11 @@ def run_demo(*, run_dir: Path | None, fast: bool, keep: bool, say: Callable[[str
         say("\n[2/4] Sample the base model on training seeds, keep the rewarded episodes as SFT data")
         _eval(runner, "sample", configs["eval_sample"], MODEL, files.sampled_traces, api, label="sampled")
         filtered = runner.run("filter", ["filter", "--config", str(configs["filter"])])
-        result.sft_examples = int(_first(filtered, "written", "examples", "kept_records", default=0) or 0)
+        examples = _first(filtered, "examples", default={})
+        result.sft_examples = int(examples.get("written", 0)) if isinstance(examples, dict) else 0
+        if result.sft_examples == 0:
+            raise JobFailedError("The filter kept no episode to fine-tune on.",
+                                 hint=f"See the sampled episodes: {files.sampled_traces}")
 
         say("\n[3/4] SFT on the filtered episodes, then score the fine-tuned model")
         sft_job = _train(runner, "sft", ["train", "--type", "sft", "--config", str(configs["sft"]),

@@ -12,6 +12,7 @@ from pathlib import Path
 APP_ID = "color-quiz"
 MODEL = "synth-ai/tiny-qwen3"
 HELD_OUT_SEEDS = 1000  # held-out seeds start here; sampling for SFT data uses seeds from 0
+THINGS = 1  # how many of the quiz's things the seeds cycle through (the app's `things` env setting)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ concurrency = 8
 return_trace = true
 trace_format = "structured"
 
+[eval.env_config]
+things = {THINGS}
+
 [eval.policy_config]
 temperature = {temperature}
 max_tokens = 12
@@ -157,6 +161,9 @@ max_turns = 1
 episodes_per_batch = {sizes.rl_batch * sizes.rl_group}
 max_concurrent_rollouts = 8
 
+[rollout.env_config]
+things = {THINGS}
+
 [rollout.policy_config]
 temperature = 1.0
 max_tokens = 12
@@ -170,4 +177,5 @@ group_size = {sizes.rl_group}
 learning_rate = 1e-3
 weight_sync_interval = 1
 log_interval = 1
+seed = 1
 """
