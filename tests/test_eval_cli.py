@@ -182,3 +182,73 @@ def test_bad_input_is_reported_with_its_exit_code(cli, args, code, text) -> None
                                                                    ["math-single-step"]))
     assert result.exit_code == code, result.stdout + result.stderr
     assert text in result.json()["error"]["message"]
+
+
+VISION_APP = '''
+from synth_ai.taskapp import (RolloutMetrics, RolloutResponse, RolloutStep, RolloutTrajectory, TaskAppConfig,
+                              TaskAppEntry, TaskInfo, chat_completion, current_trace, register_task_app)
+
+PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+async def rollout(request, fastapi_request=None):
+    config = request.policy.config
+    trace = current_trace()
+    if trace is not None:
+        trace.timestep("look", turn_number=0)
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PIXEL}},
+                                             {"type": "text", "text": "What colour is this pixel?"}]}]
+    reply = await chat_completion(config["inference_url"], {"model": config["model"], "messages": messages})
+    text = reply["choices"][0]["message"]["content"] or ""
+    reward = 1.0 if "red" in text else 0.0
+    step = RolloutStep(obs={"task_id": "pixel"}, tool_calls=[], reward=reward, done=True)
+    return RolloutResponse(run_id=request.run_id, trajectories=[RolloutTrajectory(
+        env_id="pixel", policy_id="p", steps=[step], length=1, inference_url=config["inference_url"])],
+        metrics=RolloutMetrics(episode_returns=[reward], mean_return=reward, num_steps=1, num_episodes=1,
+                               outcome_score=reward))
+
+def build():
+    return TaskAppConfig(app_id="pixel-app", name="Pixel", description="one image",
+                         base_task_info=TaskInfo(task={"id": "pixel", "name": "Pixel"}, environment="pixel"),
+                         describe_taskset=lambda: {"id": "pixel"}, provide_task_instances=lambda s: [],
+                         rollout=rollout)
+
+register_task_app(entry=TaskAppEntry(app_id="pixel-app", description="one image", config_factory=build))
+'''
+
+
+def test_multimodal_messages_are_stored_with_their_images(cli, isolated_home: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from taskapp_support import completion
+
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "pixel_task_app.py").write_text(VISION_APP)
+    monkeypatch.setenv("SYNTH_TASK_APP_SEARCH_PATH", str(apps))
+    db = isolated_home / "vision.db"
+    with scripted_model(lambda body: completion("It is red.")) as (model_url, model):
+        result = cli("--json", "eval", "pixel-app", "--model", "vision-model", "--seeds", "0,1",
+                     "--trace-db", str(db), "--config", str(write_config(
+                         isolated_home / "eval.toml", model_url, app_id="pixel-app", seeds=[0, 1])))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert [r["official_score"] for r in result.json()["results"]] == [1.0, 1.0]
+    sent = model.requests[0]["body"]["messages"][0]["content"]
+    for session in sessions(db):
+        assert session["messages"] == ["user", "assistant"]
+        user = json.loads(session["contents"][0])
+        assert user["content"] == sent  # the image part is kept, byte for byte
+        assert user["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+        assert json.loads(session["contents"][1])["content"] == "It is red."
+        assert session["metadata"]["prompt"] == "What colour is this pixel?"
+
+
+def test_config_is_discovered_under_the_working_directory(cli, isolated_home: Path) -> None:
+    (isolated_home / "configs").mkdir()
+    (isolated_home / "other.toml").write_text('[filter]\ndb = "x.db"\noutput = "o.jsonl"\n')
+    with scripted_model(answering_policy()) as (model_url, _):
+        write_config(isolated_home / "configs" / "eval_math.toml", model_url, seeds=[2])
+        result = cli("--json", "eval")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "Using eval config: configs/eval_math.toml" in result.stderr
+    assert result.json()["seeds"] == [2] and result.json()["results"][0]["official_score"] == 1.0
