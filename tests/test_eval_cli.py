@@ -25,6 +25,7 @@ def test_in_process_eval_scores_every_seed_and_stores_one_session_each(cli, isol
         result = cli("--json", "eval", "--config", str(config))
         again = cli("--json", "eval", "--config", str(config), "--seeds", "5")
     assert result.exit_code == 0, result.stdout + result.stderr
+    assert "seed=0" not in result.stderr  # no progress lines in JSON mode
     doc = result.json()
     assert doc["app_id"] == "math-single-step" and doc["split"] == "test" and doc["seeds"] == [0, 1, 2, 3]
     assert [(r["seed"], r["status"], r["official_score"]) for r in doc["results"]] == [
@@ -252,3 +253,15 @@ def test_config_is_discovered_under_the_working_directory(cli, isolated_home: Pa
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "Using eval config: configs/eval_math.toml" in result.stderr
     assert result.json()["seeds"] == [2] and result.json()["results"][0]["official_score"] == 1.0
+
+
+def test_a_whole_file_config_without_an_eval_table(cli, isolated_home: Path) -> None:
+    with scripted_model(answering_policy(split="train")) as (model_url, _):
+        config = isolated_home / "flat.toml"
+        config.write_text(f'app_id = "math"\nmodel = "flat-model"\nseeds = [1, 2]\n'
+                          f'inference_url = "{model_url}"\nmax_llm_calls = 1\n')
+        result = cli("--json", "eval", "--config", str(config), "--trace-db", "off")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    doc = result.json()
+    assert doc["model"] == "flat-model" and doc["app_id"] == "math-single-step" and doc["split"] == "train"
+    assert [r["official_score"] for r in doc["results"]] == [1.0, 1.0]

@@ -71,7 +71,7 @@ async def _run(run: EvalRun, spec: RunSpec, store: Any, hooks: Hooks) -> None:
     settings = run.settings
     async with open_task_app(app_id=settings.app_id, url=settings.url, timeout=settings.rollout_timeout,
                              concurrency=settings.concurrency) as app:
-        if app.app_id and not spec.app_id:
+        if app.app_id:  # in-process: the app's own id (an alias was given, or none)
             spec.app_id = run.context["app_id"] = app.app_id
         run.seeds = await select_seeds(app.client, settings.seeds, settings.metadata, settings.metadata_sql)
         run.context["seeds"] = run.seeds
