@@ -142,7 +142,7 @@ def test_eval_at_url_against_synth_ai_serve(cli, isolated_home: Path, env_key: s
     assert len(sessions(isolated_home / "traces" / "v3" / "synth_ai.db")) == 5
 
 
-def test_wrong_environment_key_is_an_error_per_seed_never_a_zero(cli, isolated_home: Path,
+def test_wrong_key_or_dead_url_stops_before_any_rollout(cli, isolated_home: Path,
                                                                  monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
     port = free_port()
@@ -160,13 +160,20 @@ def test_wrong_environment_key_is_an_error_per_seed_never_a_zero(cli, isolated_h
         unset = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0")
     finally:
         stop(process)
-    assert result.exit_code == 11, result.stdout + result.stderr
-    doc = result.json()
-    assert [r["status"] for r in doc["results"]] == ["error", "error"]
-    assert all("official_score" not in r and "unauthorised" in r["error"] for r in doc["results"])
-    assert doc["summary"]["official_mean"] is None and doc["summary"]["stored"] == 0
+    assert result.exit_code == 4, result.stdout + result.stderr
+    assert "refused ENVIRONMENT_API_KEY" in result.json()["error"]["message"]
     assert "wrong-key-0123456789" not in result.stdout
     assert unset.exit_code == 4 and "ENVIRONMENT_API_KEY" in unset.json()["error"]["message"]
+    dead = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0",
+               "--env-file", str(_env_file(isolated_home)))  # the server is stopped now
+    assert dead.exit_code == 5 and "Cannot reach the task app" in dead.json()["error"]["message"]
+    assert not (isolated_home / "traces").exists()
+
+
+def _env_file(folder: Path) -> Path:
+    path = folder / "app.env"
+    path.write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\n")
+    return path
 
 
 @pytest.mark.parametrize("args, code, text", [
@@ -265,3 +272,14 @@ def test_a_whole_file_config_without_an_eval_table(cli, isolated_home: Path) -> 
     doc = result.json()
     assert doc["model"] == "flat-model" and doc["app_id"] == "math-single-step" and doc["split"] == "train"
     assert [r["official_score"] for r in doc["results"]] == [1.0, 1.0]
+
+
+def test_a_trace_db_that_cannot_be_opened_is_an_input_error(cli, isolated_home: Path) -> None:
+    folder = isolated_home / "a-folder.db"
+    folder.mkdir()
+    with scripted_model(answering_policy()) as (model_url, model):
+        config = write_config(isolated_home / "eval.toml", model_url, seeds=[0])
+        result = cli("--json", "eval", "--config", str(config), "--trace-db", str(folder))
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert "Cannot open the trace database" in result.json()["error"]["message"]
+    assert model.requests == []  # nothing ran
