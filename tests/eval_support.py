@@ -4,7 +4,6 @@ an eval TOML writer, and reading the trace DB an eval wrote."""
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -93,5 +92,3 @@ def picky(payload):
         raise RuntimeError("no opinion on seed 1")
     return {"score": 1.0 if payload["completion"] and "wrong" not in payload["completion"] else 0.2}
 '''
-
-ANSWER_RE = re.compile(r'"answer"')

@@ -58,6 +58,18 @@ def test_base_and_fine_tuned_tiny_models_from_the_embedded_backend(tmp_path_fact
         assert all(isinstance(r["official_score"], float) for r in doc["results"])
         assert _models_called(db) == [TINY_TEXT, TINY_TEXT]
 
+        # The example config as written: its model (Qwen/Qwen3-4B) is not on this offline machine, so every seed
+        # is an error naming it, never a zero; with a model that is here, the same file runs.
+        example = REPO_ROOT / "examples" / "configs" / "eval_math.toml"
+        as_written = run_cli("--json", "eval", "--config", str(example), "--seeds", "0", "--trace-db", str(db))
+        assert as_written.exit_code == 11, as_written.stdout + as_written.stderr
+        missing = as_written.json()["results"][0]
+        assert missing["status"] == "error" and "Qwen/Qwen3-4B" in missing["error"] and "official_score" not in missing
+        tiny = run_cli("--json", "eval", "--config", str(example), "--model", TINY_TEXT, "--seeds", "0",
+                       "--trace-db", "none")
+        assert tiny.exit_code == 0, tiny.stdout + tiny.stderr
+        assert tiny.json()["split"] == "test" and tiny.json()["results"][0]["task_id"] == "math_single_step:test:0"
+
         trained = run_cli("train", "--config", str(SFT_CONFIG), "--dataset", str(DATASET), "--poll-interval", "0.2")
         assert trained.exit_code == 0, trained.stdout + trained.stderr
         fine_tuned = re.search(r"fine_tuned_model: (ft:\S+)", trained.stdout).group(1).rstrip(",\"'")

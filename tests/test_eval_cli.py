@@ -25,6 +25,7 @@ def test_in_process_eval_scores_every_seed_and_stores_one_session_each(cli, isol
         result = cli("--json", "eval", "--config", str(config))
         again = cli("--json", "eval", "--config", str(config), "--seeds", "5")
     assert result.exit_code == 0, result.stdout + result.stderr
+    assert "seed=0" not in result.stderr  # no progress lines in JSON mode
     doc = result.json()
     assert doc["app_id"] == "math-single-step" and doc["split"] == "test" and doc["seeds"] == [0, 1, 2, 3]
     assert [(r["seed"], r["status"], r["official_score"]) for r in doc["results"]] == [
@@ -141,7 +142,7 @@ def test_eval_at_url_against_synth_ai_serve(cli, isolated_home: Path, env_key: s
     assert len(sessions(isolated_home / "traces" / "v3" / "synth_ai.db")) == 5
 
 
-def test_wrong_environment_key_is_an_error_per_seed_never_a_zero(cli, isolated_home: Path,
+def test_wrong_key_or_dead_url_stops_before_any_rollout(cli, isolated_home: Path,
                                                                  monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
     port = free_port()
@@ -159,13 +160,20 @@ def test_wrong_environment_key_is_an_error_per_seed_never_a_zero(cli, isolated_h
         unset = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0")
     finally:
         stop(process)
-    assert result.exit_code == 11, result.stdout + result.stderr
-    doc = result.json()
-    assert [r["status"] for r in doc["results"]] == ["error", "error"]
-    assert all("official_score" not in r and "unauthorised" in r["error"] for r in doc["results"])
-    assert doc["summary"]["official_mean"] is None and doc["summary"]["stored"] == 0
+    assert result.exit_code == 4, result.stdout + result.stderr
+    assert "refused ENVIRONMENT_API_KEY" in result.json()["error"]["message"]
     assert "wrong-key-0123456789" not in result.stdout
     assert unset.exit_code == 4 and "ENVIRONMENT_API_KEY" in unset.json()["error"]["message"]
+    dead = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0",
+               "--env-file", str(_env_file(isolated_home)))  # the server is stopped now
+    assert dead.exit_code == 5 and "Cannot reach the task app" in dead.json()["error"]["message"]
+    assert not (isolated_home / "traces").exists()
+
+
+def _env_file(folder: Path) -> Path:
+    path = folder / "app.env"
+    path.write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\n")
+    return path
 
 
 @pytest.mark.parametrize("args, code, text", [
@@ -182,3 +190,96 @@ def test_bad_input_is_reported_with_its_exit_code(cli, args, code, text) -> None
                                                                    ["math-single-step"]))
     assert result.exit_code == code, result.stdout + result.stderr
     assert text in result.json()["error"]["message"]
+
+
+VISION_APP = '''
+from synth_ai.taskapp import (RolloutMetrics, RolloutResponse, RolloutStep, RolloutTrajectory, TaskAppConfig,
+                              TaskAppEntry, TaskInfo, chat_completion, current_trace, register_task_app)
+
+PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+async def rollout(request, fastapi_request=None):
+    config = request.policy.config
+    trace = current_trace()
+    if trace is not None:
+        trace.timestep("look", turn_number=0)
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PIXEL}},
+                                             {"type": "text", "text": "What colour is this pixel?"}]}]
+    reply = await chat_completion(config["inference_url"], {"model": config["model"], "messages": messages})
+    text = reply["choices"][0]["message"]["content"] or ""
+    reward = 1.0 if "red" in text else 0.0
+    step = RolloutStep(obs={"task_id": "pixel"}, tool_calls=[], reward=reward, done=True)
+    return RolloutResponse(run_id=request.run_id, trajectories=[RolloutTrajectory(
+        env_id="pixel", policy_id="p", steps=[step], length=1, inference_url=config["inference_url"])],
+        metrics=RolloutMetrics(episode_returns=[reward], mean_return=reward, num_steps=1, num_episodes=1,
+                               outcome_score=reward))
+
+def build():
+    return TaskAppConfig(app_id="pixel-app", name="Pixel", description="one image",
+                         base_task_info=TaskInfo(task={"id": "pixel", "name": "Pixel"}, environment="pixel"),
+                         describe_taskset=lambda: {"id": "pixel"}, provide_task_instances=lambda s: [],
+                         rollout=rollout)
+
+register_task_app(entry=TaskAppEntry(app_id="pixel-app", description="one image", config_factory=build))
+'''
+
+
+def test_multimodal_messages_are_stored_with_their_images(cli, isolated_home: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from taskapp_support import completion
+
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "pixel_task_app.py").write_text(VISION_APP)
+    monkeypatch.setenv("SYNTH_TASK_APP_SEARCH_PATH", str(apps))
+    db = isolated_home / "vision.db"
+    with scripted_model(lambda body: completion("It is red.")) as (model_url, model):
+        result = cli("--json", "eval", "pixel-app", "--model", "vision-model", "--seeds", "0,1",
+                     "--trace-db", str(db), "--config", str(write_config(
+                         isolated_home / "eval.toml", model_url, app_id="pixel-app", seeds=[0, 1])))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert [r["official_score"] for r in result.json()["results"]] == [1.0, 1.0]
+    sent = model.requests[0]["body"]["messages"][0]["content"]
+    for session in sessions(db):
+        assert session["messages"] == ["user", "assistant"]
+        user = json.loads(session["contents"][0])
+        assert user["content"] == sent  # the image part is kept, byte for byte
+        assert user["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+        assert json.loads(session["contents"][1])["content"] == "It is red."
+        assert session["metadata"]["prompt"] == "What colour is this pixel?"
+
+
+def test_config_is_discovered_under_the_working_directory(cli, isolated_home: Path) -> None:
+    (isolated_home / "configs").mkdir()
+    (isolated_home / "other.toml").write_text('[filter]\ndb = "x.db"\noutput = "o.jsonl"\n')
+    with scripted_model(answering_policy()) as (model_url, _):
+        write_config(isolated_home / "configs" / "eval_math.toml", model_url, seeds=[2])
+        result = cli("--json", "eval")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "Using eval config: configs/eval_math.toml" in result.stderr
+    assert result.json()["seeds"] == [2] and result.json()["results"][0]["official_score"] == 1.0
+
+
+def test_a_whole_file_config_without_an_eval_table(cli, isolated_home: Path) -> None:
+    with scripted_model(answering_policy(split="train")) as (model_url, _):
+        config = isolated_home / "flat.toml"
+        config.write_text(f'app_id = "math"\nmodel = "flat-model"\nseeds = [1, 2]\n'
+                          f'inference_url = "{model_url}"\nmax_llm_calls = 1\n')
+        result = cli("--json", "eval", "--config", str(config), "--trace-db", "off")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    doc = result.json()
+    assert doc["model"] == "flat-model" and doc["app_id"] == "math-single-step" and doc["split"] == "train"
+    assert [r["official_score"] for r in doc["results"]] == [1.0, 1.0]
+
+
+def test_a_trace_db_that_cannot_be_opened_is_an_input_error(cli, isolated_home: Path) -> None:
+    folder = isolated_home / "a-folder.db"
+    folder.mkdir()
+    with scripted_model(answering_policy()) as (model_url, model):
+        config = write_config(isolated_home / "eval.toml", model_url, seeds=[0])
+        result = cli("--json", "eval", "--config", str(config), "--trace-db", str(folder))
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert "Cannot open the trace database" in result.json()["error"]["message"]
+    assert model.requests == []  # nothing ran

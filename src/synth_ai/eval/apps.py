@@ -30,9 +30,34 @@ def environment_key() -> str | None:
 
 def load_app(app_id: str | None) -> Any:
     """The `TaskAppEntry` for `app_id` (the only discovered app when None)."""
+    from synth_ai.errors import SynthError
     from synth_ai.taskapp.discovery import find_task_app, load_task_app
 
-    return load_task_app(find_task_app(app_id))
+    choice = find_task_app(app_id)
+    try:
+        return load_task_app(choice)
+    except SynthError:
+        raise
+    except Exception as exc:  # the app's own code failed to import: the user's file, named with the cause
+        raise InvalidInputError(f"Cannot load task app '{choice.app_id}' from {choice.path}: "
+                                f"{type(exc).__name__}: {exc}",
+                                hint="Fix the error in that file (SYNTH_DEBUG=1 shows the traceback).") from exc
+
+
+async def check_reachable(client: Any, url: str) -> None:
+    """One `GET /health` before any rollout: an app that is not there, or refuses the key, stops the run."""
+    import httpx
+
+    from synth_ai.errors import NetworkError
+
+    try:
+        response = await client.get("/health")
+    except httpx.HTTPError as exc:
+        raise NetworkError(f"Cannot reach the task app at {url}: {type(exc).__name__}.",
+                           hint="Check --url (is `synth-ai serve` running there?).") from None
+    if response.status_code in (400, 401, 403) and "unauthori" in response.text.lower():
+        raise AuthError(f"The task app at {url} refused ENVIRONMENT_API_KEY (HTTP {response.status_code}).",
+                        hint="Use the key the app was served with (--env-file PATH with ENVIRONMENT_API_KEY=...).")
 
 
 @asynccontextmanager
@@ -53,6 +78,7 @@ async def open_task_app(*, app_id: str | None, url: str | None, timeout: float,
                                  "with), or set it in ./.env.")
         async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=http_timeout,
                                      limits=limits, follow_redirects=False) as client:
+            await check_reachable(client, url)
             yield TaskAppHandle(client, app_id, url)
         return
     entry = load_app(app_id)

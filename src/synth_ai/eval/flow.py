@@ -4,10 +4,12 @@ the run, and the trace store (opened once, closed at the end even on Ctrl-C)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from synth_ai.errors import InvalidInputError
 from synth_ai.eval.runner import OK, RunSpec, SeedResult, run_all
 from synth_ai.eval.settings import EvalOptions, EvalSettings, resolve_settings
 
@@ -50,20 +52,23 @@ def run_eval(options: EvalOptions, hooks: Hooks) -> EvalRun:
         "trace_db": str(settings.trace_db) if settings.trace_db else None,
         "config": str(settings.config_path) if settings.config_path else None, "eval_run_id": spec.eval_run_id,
     }
-    store = None
-    if settings.trace_db is not None:
-        from synth_ai.tracing.store import TraceStore
-
-        store = TraceStore(settings.trace_db)
-    try:
-        asyncio.run(_run(run, spec, store, hooks))
-    finally:
-        if store is not None:
-            store.close()
+    asyncio.run(_run(run, spec, hooks))
     return run
 
 
-async def _run(run: EvalRun, spec: RunSpec, store: Any, hooks: Hooks) -> None:
+def _open_store(settings: EvalSettings) -> Any:
+    if settings.trace_db is None:
+        return None
+    from synth_ai.tracing.store import TraceStore
+
+    try:
+        return TraceStore(settings.trace_db)
+    except (OSError, sqlite3.Error) as exc:
+        raise InvalidInputError(f"Cannot open the trace database {settings.trace_db}: {exc}",
+                                hint="Pass another --trace-db path, or --trace-db none to store nothing.") from None
+
+
+async def _run(run: EvalRun, spec: RunSpec, hooks: Hooks) -> None:
     from synth_ai.eval.apps import open_task_app
     from synth_ai.eval.policy import resolve_inference
     from synth_ai.eval.seeds import select_seeds
@@ -71,7 +76,7 @@ async def _run(run: EvalRun, spec: RunSpec, store: Any, hooks: Hooks) -> None:
     settings = run.settings
     async with open_task_app(app_id=settings.app_id, url=settings.url, timeout=settings.rollout_timeout,
                              concurrency=settings.concurrency) as app:
-        if app.app_id and not spec.app_id:
+        if app.app_id:  # in-process: the app's own id (an alias was given, or none)
             spec.app_id = run.context["app_id"] = app.app_id
         run.seeds = await select_seeds(app.client, settings.seeds, settings.metadata, settings.metadata_sql)
         run.context["seeds"] = run.seeds
@@ -85,5 +90,10 @@ async def _run(run: EvalRun, spec: RunSpec, store: Any, hooks: Hooks) -> None:
             run.results.append(result)
             hooks.finished(result)
 
-        await run_all(app.client, spec, run.seeds, store, finished)
+        store = _open_store(settings)  # only now: a run stopped earlier leaves no file behind
+        try:
+            await run_all(app.client, spec, run.seeds, store, finished)
+        finally:
+            if store is not None:
+                store.close()
     run.results.sort(key=lambda r: run.seeds.index(r.seed))

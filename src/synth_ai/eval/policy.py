@@ -38,6 +38,8 @@ def policy_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def resolve_inference(cfg: dict[str, Any], backend_flag: str | None, say: Callable[[str], None]) -> InferenceTarget:
     if policy_config(cfg).get("inference_url"):
+        if backend_flag:
+            say(f"note: --backend {backend_flag} is not used: the config's inference_url names the model endpoint.")
         return InferenceTarget(None, "config")
     from synth_ai.client.connect import locate_embedded
     from synth_ai.env.backend_url import resolve_backend

@@ -146,7 +146,7 @@ def resolve_settings(options: EvalOptions) -> EvalSettings:
             extra = extra if extra.is_absolute() else config_path.parent / extra
             env_files += load_command_env([extra])
     base = config_path.parent if config_path is not None else Path.cwd()
-    model = options.model or cfg.get("model")
+    model = cfg.get("model") or options.model  # a loaded config already holds --model (in canonical case)
     if not model:
         raise InvalidInputError("No model to evaluate.",
                                 hint="Pass --model (e.g. a base id, ft:…/rl:… from `train`) or set [eval].model.")
