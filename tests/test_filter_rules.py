@@ -349,3 +349,20 @@ def test_every_errored_marking_is_dropped(cli, tmp_path):
     assert result.exit_code == 0, result.stdout
     assert sessions_of(out) == ["ok"]
     assert result.json()["sessions"]["dropped"]["errored"] == 5
+
+
+def test_relative_db_resolves_from_the_working_directory_then_the_config_folder(cli, tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "configs").mkdir(parents=True)
+    with TraceStore(project / "configs" / "beside.db") as store:
+        add_session(store, "beside")
+    config = filter_config(project / "configs" / "f.toml", "beside.db", "out.jsonl")
+    monkeypatch.chdir(project)
+    result = cli("--json", "filter", "--config", str(config))
+    assert result.exit_code == 0, result.stdout
+    assert result.json()["db"] == str(project / "configs" / "beside.db")
+    assert sessions_of(project / "out.jsonl") == ["beside"]  # the output stays relative to the working directory
+    with TraceStore(project / "beside.db") as store:
+        add_session(store, "cwd")
+    result = cli("--json", "filter", "--config", str(config))
+    assert sessions_of(project / "out.jsonl") == ["cwd"]
