@@ -5,12 +5,16 @@ database written by the reference's own SessionTracer and write the same file it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, free_port
 from filter_support import add_session, filter_config, read_jsonl
+from taskapp_support import ENV_KEY, completion, headers, scripted_model, stop, subprocess_env, tool_call, \
+    wait_for_health
 
 from synth_ai.tracing import TraceStore
 
@@ -83,3 +87,42 @@ def test_we_read_a_database_the_reference_tracer_wrote(cli, tmp_path):
     assert [r["metadata"]["total_reward"] for r in mine] == [1, 0, 0, 1, None]
     assert mine[-1]["messages"] == [{"role": "user", "content": "p?"}, {"role": "assistant", "content": "c!"}]
     assert json.loads(ours.read_text().splitlines()[0])["metadata"]["created_at"].endswith("+00:00")
+
+
+def test_we_read_the_reference_crafter_apps_trace_db(cli, tmp_path):
+    """0.2.17's crafter app under its own `serve --trace-db` stores the session and its outcome reward but no
+    messages (its known gap): we read its database, count the session as giving no example, and agree with 0.2.17's
+    filter that nothing matched."""
+    site = sorted(REF_VENV.glob("lib/python3*/site-packages"))[0]
+    db = tmp_path / "tr" / "db.db"
+    port = free_port()
+    env = subprocess_env(SYNTH_TASK_APP_SEARCH_PATH=str(site / "examples" / "task_apps" / "crafter"),
+                         ENVIRONMENT_API_KEY=ENV_KEY, GROQ_API_KEY="dummy", HOME=str(tmp_path))
+    env.pop("SYNTH_API_KEY", None)
+    process = subprocess.Popen(
+        [str(REF_CLI), "serve", "grpo-crafter-task-app", "--host", "127.0.0.1", "--port", str(port),
+         "--trace", str(tmp_path / "tr"), "--trace-db", str(db)],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    reply = completion(None, [tool_call("interact_many", {"actions": ["move_left", "do"]})], model="scripted")
+    try:
+        wait_for_health(base, timeout=180, process=process)
+        with scripted_model(lambda body: reply) as (model_url, _):
+            body = {"run_id": "run-1", "env": {"env_name": "crafter", "seed": 3, "config": {}},
+                    "policy": {"policy_name": "crafter-react",
+                               "config": {"model": "scripted", "inference_url": model_url}},
+                    "ops": ["agent", "env"], "mode": "eval"}
+            response = httpx.post(f"{base}/rollout", json=body, headers=headers(), timeout=300)
+    finally:
+        stop(process)
+    assert response.status_code == 200, response.text
+    assert os.path.exists(db)
+    config = filter_config(tmp_path / "f.toml", db, tmp_path / "out.jsonl", min_official_score=0)
+    result = cli("--json", "filter", "--config", str(config))
+    assert result.exit_code == 12, result.stdout
+    details = result.json()["error"]["details"]
+    assert details["sessions"] == {"total": 1, "read": 1, "kept": 0,
+                                   "dropped": {"errored": 0, "official_score": 0, "no_examples": 1}}
+    ref = _reference_filter(config, tmp_path)
+    assert ref.returncode == 1 and "No sessions matched the provided filters" in ref.stderr
+    assert not (tmp_path / "out.jsonl").exists()

@@ -334,3 +334,35 @@ def test_corrupt_database_mid_read_is_a_clear_error_and_keeps_the_output(cli, tm
     assert f"Reading the trace database {path} failed" in result.json()["error"]["message"]
     assert out.read_text() == "previous\n"
     assert sorted(p.name for p in out.parent.iterdir()) == ["train.jsonl"]
+
+
+def test_every_errored_marking_is_dropped(cli, tmp_path):
+    path = tmp_path / "errors.db"
+    with TraceStore(path) as store:
+        add_session(store, "ok", status="ok", error=None, timed_out=False)
+        add_session(store, "error-text", error="HTTP 500: boom")
+        add_session(store, "error-object", error={"code": "rollout_failed"})
+        add_session(store, "timed-out", timed_out=True)
+        add_session(store, "failed-any-case", status="Failed")
+        add_session(store, "cancelled", status="cancelled")
+    result, out = run(cli, tmp_path, path)
+    assert result.exit_code == 0, result.stdout
+    assert sessions_of(out) == ["ok"]
+    assert result.json()["sessions"]["dropped"]["errored"] == 5
+
+
+def test_relative_db_resolves_from_the_working_directory_then_the_config_folder(cli, tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "configs").mkdir(parents=True)
+    with TraceStore(project / "configs" / "beside.db") as store:
+        add_session(store, "beside")
+    config = filter_config(project / "configs" / "f.toml", "beside.db", "out.jsonl")
+    monkeypatch.chdir(project)
+    result = cli("--json", "filter", "--config", str(config))
+    assert result.exit_code == 0, result.stdout
+    assert result.json()["db"] == str(project / "configs" / "beside.db")
+    assert sessions_of(project / "out.jsonl") == ["beside"]  # the output stays relative to the working directory
+    with TraceStore(project / "beside.db") as store:
+        add_session(store, "cwd")
+    result = cli("--json", "filter", "--config", str(config))
+    assert sessions_of(project / "out.jsonl") == ["cwd"]

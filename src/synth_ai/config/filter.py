@@ -98,38 +98,39 @@ def _judge_scores(findings: Findings, path: KeyPath, value: Any) -> dict[str, fl
     return scores
 
 
-def _timestamp(findings: Findings, path: KeyPath, value: Any) -> datetime | None:
-    """ISO-8601 strings, TOML dates and datetimes and epoch seconds, as an aware (UTC when unspecified) instant."""
-    if value is None:
-        return None
+def parse_instant(value: Any) -> datetime | None:
+    """An aware instant (UTC when no zone is given) from a datetime, a date (midnight UTC), epoch seconds (a number
+    or a numeric string, as 0.2.17 reads them) or ISO-8601 text (also SQLAlchemy's "YYYY-MM-DD HH:MM:SS.ffffff");
+    None when it is none of these. Used for the config's bounds and for the `created_at` of stored sessions."""
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    if isinstance(value, date):  # a TOML local date: midnight UTC
+    if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
-    if isinstance(value, str) and _is_number(value):  # "1767225600": epoch seconds, as 0.2.17 reads it
-        value = float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                return None
+        else:
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             return datetime.fromtimestamp(value, tz=timezone.utc)
         except (OverflowError, OSError, ValueError):
-            findings.error_found(path, "epoch seconds out of range", value, fix="write an ISO-8601 date instead")
             return None
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            findings.error_found(path, "expected an ISO-8601 date/time or epoch seconds", value,
-                                 fix='write e.g. "2026-01-31T00:00:00Z"')
-            return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-    if isinstance(value, bool):  # other types were already reported by the schema pass
-        findings.error_found(path, "expected an ISO-8601 date/time or epoch seconds", value)
     return None
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+def _timestamp(findings: Findings, path: KeyPath, value: Any) -> datetime | None:
+    """The bound as an instant; other types than these were already reported by the schema pass."""
+    if value is None:
+        return None
+    instant = parse_instant(value)
+    if instant is None and (isinstance(value, (str, bool, int, float))):
+        findings.error_found(path, "expected an ISO-8601 date/time or epoch seconds", value,
+                             fix='write e.g. "2026-01-31T00:00:00Z"')
+    return instant

@@ -37,7 +37,8 @@ class FilterOptions:
 
 
 def options_from_config(loaded: LoadedConfig, *, base_dir: Path | None = None) -> FilterOptions:
-    """Relative `db` and `output` paths resolve against `base_dir` (the working directory, as in 0.2.17)."""
+    """Relative `db` and `output` paths resolve against `base_dir` (the working directory, as in 0.2.17); a
+    relative `db` missing there but present beside the config file is taken from there (as SFT datasets are)."""
     cfg: dict[str, Any] = loaded.resolved["filter"]
     base = base_dir or Path.cwd()
     try:
@@ -45,10 +46,13 @@ def options_from_config(loaded: LoadedConfig, *, base_dir: Path | None = None) -
     except ValueError as exc:
         raise InvalidInputError(f"{loaded.source.display}: [filter].db: {exc}",
                                 hint='Use a file path such as db = "traces/v3/synth_ai.db".') from exc
+    if not db.is_absolute():
+        beside_config = loaded.path.parent / db
+        db = base / db if (base / db).exists() or not beside_config.exists() else beside_config
     output = Path(str(cfg["output"])).expanduser()
     shuffle = cfg.get("shuffle") is True
     return FilterOptions(
-        db=(base / db) if not db.is_absolute() else db,
+        db=db.absolute(),
         output=((base / output) if not output.is_absolute() else output).resolve(),
         splits=frozenset(cfg.get("splits") or ()),
         task_ids=frozenset(cfg.get("task_ids") or ()),

@@ -14,10 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from synth_ai.config.filter import parse_instant as parse_created_at  # the same reading as the config's bounds
 from synth_ai.filter.options import FilterOptions
+
+__all__ = ["ERROR_STATUSES", "RULES", "Candidate", "build_rules", "is_errored", "parse_created_at",
+           "score_in_range"]
 
 # Rule names, in the order they are applied (and printed).
 RULES: tuple[str, ...] = ("errored", "splits", "task_ids", "models", "created_at", "official_score",
@@ -47,27 +51,6 @@ class Candidate:
     metadata: Mapping[str, Any]
     created_at: datetime | None
     official_score: Any  # the outcome reward's total_reward, or metadata.official_score, or None
-
-
-def parse_created_at(value: Any) -> datetime | None:
-    """A stored `created_at` (ISO text with or without zone, SQLAlchemy's "YYYY-MM-DD HH:MM:SS.ffffff", epoch
-    seconds) as an aware instant; naive values are UTC, as 0.2.17 reads them."""
-    if isinstance(value, str):
-        text = value.strip().replace("Z", "+00:00")
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            try:
-                parsed = datetime.fromtimestamp(float(text), tz=UTC)
-            except (ValueError, OverflowError, OSError):
-                return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return datetime.fromtimestamp(float(value), tz=UTC)
-        except (ValueError, OverflowError, OSError):
-            return None
-    return None
 
 
 def _number(value: Any) -> float | None:
