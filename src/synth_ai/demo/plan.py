@@ -12,7 +12,7 @@ from pathlib import Path
 APP_ID = "color-quiz"
 MODEL = "synth-ai/tiny-qwen3"
 HELD_OUT_SEEDS = 1000  # held-out seeds start here; sampling for SFT data uses seeds from 0
-THINGS = 1  # how many of the quiz's things the seeds cycle through (the app's `things` env setting)
+THINGS = 2  # how many of the quiz's things the seeds cycle through (the app's `things` env setting)
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class Sizes:
         return f"0-{self.sampled - 1}"
 
 
-FULL = Sizes(held_out=32, sampled=96, sample_temperature=1.0, sft_epochs=3, rl_iterations=16, rl_batch=4, rl_group=8)
-FAST = Sizes(held_out=16, sampled=48, sample_temperature=1.0, sft_epochs=3, rl_iterations=8, rl_batch=4, rl_group=8)
+FULL = Sizes(held_out=32, sampled=128, sample_temperature=1.0, sft_epochs=8, rl_iterations=30, rl_batch=4, rl_group=8)
+FAST = Sizes(held_out=16, sampled=64, sample_temperature=1.0, sft_epochs=8, rl_iterations=20, rl_batch=4, rl_group=8)
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def _filter_toml(files: RunFiles) -> str:
 db = "{files.sampled_traces}"
 output = "{files.sft_data}"
 splits = ["train"]
-min_official_score = 0.99
+min_official_score = 0.7
 """
 
 
@@ -127,7 +127,7 @@ n_epochs = {sizes.sft_epochs}
 per_device_batch = 4
 gradient_accumulation_steps = 1
 sequence_length = 128
-learning_rate = 5e-4
+learning_rate = 1e-3
 warmup_ratio = 0.1
 """
 
