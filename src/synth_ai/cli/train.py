@@ -75,7 +75,7 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
     from synth_ai.client.connect import open_api
     from synth_ai.client.follow import resume_command
     from synth_ai.client.idempotency import IdempotencyStore
-    from synth_ai.train.capability import check_before_submit, rerun_command
+    from synth_ai.train.capability import ensure_backend_can_train, released_on_refusal, rerun_command
     from synth_ai.train.submit import Hooks, submit
 
     config = prepared.config
@@ -85,13 +85,14 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
         out.note(notice)
     api, backend = open_api(prepared.backend, say=out.info)
     out.info(f"Backend: {backend.api_base} ({backend.source})")
-    check_before_submit(api, backend, rerun_command(options.configs, options.type, options.dataset,
-                                                    options.backend), say=out.info)
     store = IdempotencyStore()
     hooks = Hooks(say=out.info, warn=out.warn, upload_progress=_progress_printer(out))
+    rerun = rerun_command(options.configs, options.type, options.dataset, options.backend)
     try:
-        submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples, hooks=hooks,
-                           store=store)
+        with released_on_refusal(backend, out.info):  # before anything is uploaded, then while nothing exists yet
+            ensure_backend_can_train(api, backend, rerun)
+            submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples,
+                               hooks=hooks, store=store)
         jobs = api.sft if submitted.kind == "sft" else api.rl
         if not poll:
             doc = {"job_id": submitted.job_id, "status": submitted.job.get("status", "queued"),
