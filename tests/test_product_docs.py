@@ -169,6 +169,20 @@ def test_sft_default_algorithm_follows_the_training_mode(isolated_home: Path, tr
     assert f'variety = "{variety}"' in note.message
 
 
+def test_sft_poll_seconds_is_how_long_train_follows_the_job(isolated_home: Path):
+    """[job].poll_seconds (1800 in the docs config) bounds the follow unless --poll-timeout is given."""
+    from synth_ai.train.prepare import TrainOptions, prepare_training
+
+    _docs_sft_workspace(isolated_home)
+    options = TrainOptions(configs=["configs/train.toml"], type="sft", dataset="ft_data/crafter_sft.jsonl")
+    prepared = prepare_training(options, choose=None)
+    assert prepared.follow_timeout(None) == 1800.0
+    assert prepared.follow_timeout(60.0) == 60.0
+    config = isolated_home / "configs" / "train.toml"
+    config.write_text(config.read_text().replace("poll_seconds = 1800\n", ""))
+    assert prepare_training(options, choose=None).follow_timeout(None) == 3600.0
+
+
 def test_sft_required_and_optional_fields_as_documented(isolated_home: Path):
     """Required: job.model, job.data or --dataset, a step count. Optional: data.validation_path,
     training.validation.*, compute (omitted here)."""
