@@ -14,7 +14,14 @@ from synth_ai.client.connect import stop_started_backend
 from synth_ai.client.resources import SynthAPI
 from synth_ai.env.backend_url import BackendTarget
 from synth_ai.env.extras import install_commands
-from synth_ai.errors import AuthError, InvalidInputError, SynthError, UnavailableError
+from synth_ai.errors import (
+    AuthError,
+    DeadlineError,
+    InvalidInputError,
+    NetworkError,
+    SynthError,
+    UnavailableError,
+)
 
 
 class TrainingUnavailableError(UnavailableError):
@@ -25,8 +32,10 @@ def training_report(api: SynthAPI) -> dict[str, Any] | None:
     """The backend's `training` capability, or None when it does not report one."""
     try:
         doc = api.transport.get_json("/health")
+    except (NetworkError, DeadlineError):
+        raise  # the backend cannot be reached: say so now rather than after the same retries again
     except SynthError:
-        return None
+        return None  # no such route, or an error answer: it does not report
     training = doc.get("training") if isinstance(doc, dict) else None
     return training if isinstance(training, dict) else None
 
