@@ -86,11 +86,11 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
     api, backend = open_api(prepared.backend, say=out.info)
     out.info(f"Backend: {backend.api_base} ({backend.source})")
     store = IdempotencyStore()
-    hooks = Hooks(say=out.info, warn=out.warn, upload_progress=_progress_printer(out))
     rerun = rerun_command(options.configs, options.type, options.dataset, options.backend)
+    hooks = Hooks(say=out.info, warn=out.warn, upload_progress=_progress_printer(out),
+                  preflight=lambda: ensure_backend_can_train(api, backend, rerun))
     try:
-        with released_on_refusal(backend, out.info):  # before anything is uploaded, then while nothing exists yet
-            ensure_backend_can_train(api, backend, rerun)
+        with released_on_refusal(backend, out.info):  # no backend started for a refused run is left behind
             submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples,
                                hooks=hooks, store=store)
         jobs = api.sft if submitted.kind == "sft" else api.rl
