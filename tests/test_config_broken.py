@@ -287,6 +287,8 @@ CASES: list[Case] = [
     Case("sft-step-count-missing", "sft",
          edit("sft", ("[hyperparameters]\n", "[hyperparameters] #<\n"), ("n_epochs = 1\n", "")),
          "[hyperparameters]", "no training length"),
+    Case("sft-docs-shape-mode-typo", "sft", edit("sft", NO_ALGORITHM, ('mode = "full_finetune"', 'mode = "lroa" #<')),
+         "[training].mode", "unknown training mode"),
     Case("sft-qlora-with-full-mode", "sft", edit("sft", ("use_qlora = false", "use_qlora = true #<")),
          "[training].use_qlora", "QLoRA with a full fine-tune mode"),
     Case("sft-algorithm-unsupported", "sft",

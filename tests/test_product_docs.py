@@ -146,6 +146,43 @@ def test_sft_mistakes_in_the_docs_shape_are_reported_by_key(isolated_home: Path,
     assert "missing required [algorithm]" not in result.stderr and "cannot tell" not in result.stderr
 
 
+@pytest.mark.parametrize(("training", "variety", "train_kind"), [
+    ('mode = "full_finetune"\nuse_qlora = false', "fft", "fft"),
+    ('mode = "lora"', "lora", "peft"),
+    ('mode = "qlora"\nuse_qlora = true', "lora", "peft"),
+    ("use_qlora = true", "lora", "peft"),
+    ("", "fft", "fft"),
+])
+def test_sft_default_algorithm_follows_the_training_mode(isolated_home: Path, training: str, variety: str,
+                                                        train_kind: str):
+    from synth_ai.config.common import ResolveContext
+    from synth_ai.config.loader import load_config
+    from synth_ai.train.payloads import build_sft_payload
+
+    text = (DOCS / "sft_train.toml").read_text().replace('mode = "full_finetune"\nuse_qlora = false', training)
+    (isolated_home / "train.toml").write_text(text)
+    loaded = load_config(isolated_home / "train.toml", None, ResolveContext(environ={}))
+    assert loaded.kind == "sft"
+    assert loaded.resolved["algorithm"] == {"type": "offline", "method": "sft", "variety": variety}
+    assert build_sft_payload(loaded)["hyperparameters"]["train_kind"] == train_kind
+    (note,) = [n for n in loaded.notes if n.key == "[algorithm]"]
+    assert f'variety = "{variety}"' in note.message
+
+
+def test_sft_poll_seconds_is_how_long_train_follows_the_job(isolated_home: Path):
+    """[job].poll_seconds (1800 in the docs config) bounds the follow unless --poll-timeout is given."""
+    from synth_ai.train.prepare import TrainOptions, prepare_training
+
+    _docs_sft_workspace(isolated_home)
+    options = TrainOptions(configs=["configs/train.toml"], type="sft", dataset="ft_data/crafter_sft.jsonl")
+    prepared = prepare_training(options, choose=None)
+    assert prepared.follow_timeout(None) == 1800.0
+    assert prepared.follow_timeout(60.0) == 60.0
+    config = isolated_home / "configs" / "train.toml"
+    config.write_text(config.read_text().replace("poll_seconds = 1800\n", ""))
+    assert prepare_training(options, choose=None).follow_timeout(None) == 3600.0
+
+
 def test_sft_required_and_optional_fields_as_documented(isolated_home: Path):
     """Required: job.model, job.data or --dataset, a step count. Optional: data.validation_path,
     training.validation.*, compute (omitted here)."""

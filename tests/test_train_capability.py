@@ -131,3 +131,23 @@ def test_uvx_from_a_checkout_refuses_before_upload_and_stops_the_backend_it_star
     assert daemon.status(home)["running"] is False, "the auto-started backend is not left running"
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_backend_started_for_a_refused_run_is_stopped_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any refusal before a job exists (here: an invalid dataset) leaves no auto-started backend behind."""
+    from synth_ai.backend import daemon
+    from synth_ai.env.paths import data_dir
+
+    port = free_port()
+    monkeypatch.setenv("SYNTH_AI_BACKEND_PORT", str(port))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "only one turn"}]}\n')
+    monkeypatch.chdir(REPO_ROOT)
+    try:
+        result = run_cli("train", "--config", CONFIG, "--dataset", str(bad))
+        assert result.exit_code == 3, result.stdout + result.stderr
+        assert f"starting the embedded backend on 127.0.0.1:{port}" in result.stdout
+        assert "Stopped the embedded backend this command had started." in result.stdout
+        assert daemon.status(data_dir())["running"] is False
+    finally:
+        daemon.stop(data_dir())

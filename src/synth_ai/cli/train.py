@@ -38,8 +38,8 @@ def register(app: typer.Typer) -> None:
         idempotency: str = typer.Option(None, "--idempotency", help="Idempotency-Key for creating the job."),
         poll: bool = typer.Option(True, "--poll/--no-poll", help="Follow the job until it ends (--no-poll: print "
                                   "the job id and exit)."),
-        poll_timeout: float = typer.Option(3600.0, "--poll-timeout", help="Seconds to follow the job before "
-                                           "giving up (exit 7)."),
+        poll_timeout: float = typer.Option(None, "--poll-timeout", help="Seconds to follow the job before "
+                                           "giving up (exit 7; default: SFT [job].poll_seconds, else 3600)."),
         poll_interval: float = typer.Option(5.0, "--poll-interval", help="Seconds between polls."),
         stream_format: StreamFormat = typer.Option(StreamFormat.cli, "--stream-format",
                                                    help="cli: event lines; chart: a live loss chart."),
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         from synth_ai.train.prepare import TrainOptions, prepare_training
 
         out = output_of(ctx, json_flag)
-        if poll_interval <= 0 or poll_timeout <= 0:
+        if poll_interval <= 0 or (poll_timeout is not None and poll_timeout <= 0):
             raise InvalidInputError("--poll-interval and --poll-timeout must be greater than zero.",
                                     hint="e.g. --poll-interval 5 --poll-timeout 3600")
         options = TrainOptions(
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             _print_dry_run(out, prepared)
             return
         _submit_and_follow(out, prepared, options, poll=poll, poll_interval=poll_interval,
-                           poll_timeout=poll_timeout, stream_format=stream_format.value)
+                           poll_timeout=prepared.follow_timeout(poll_timeout), stream_format=stream_format.value)
 
 
 def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: float, poll_timeout: float,
@@ -75,7 +75,7 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
     from synth_ai.client.connect import open_api
     from synth_ai.client.follow import resume_command
     from synth_ai.client.idempotency import IdempotencyStore
-    from synth_ai.train.capability import check_before_submit, rerun_command
+    from synth_ai.train.capability import ensure_backend_can_train, released_on_refusal, rerun_command
     from synth_ai.train.submit import Hooks, submit
 
     config = prepared.config
@@ -85,13 +85,14 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
         out.note(notice)
     api, backend = open_api(prepared.backend, say=out.info)
     out.info(f"Backend: {backend.api_base} ({backend.source})")
-    check_before_submit(api, backend, rerun_command(options.configs, options.type, options.dataset,
-                                                    options.backend), say=out.info)
     store = IdempotencyStore()
-    hooks = Hooks(say=out.info, warn=out.warn, upload_progress=_progress_printer(out))
+    rerun = rerun_command(options.configs, options.type, options.dataset, options.backend)
+    hooks = Hooks(say=out.info, warn=out.warn, upload_progress=_progress_printer(out),
+                  preflight=lambda: ensure_backend_can_train(api, backend, rerun))
     try:
-        submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples, hooks=hooks,
-                           store=store)
+        with released_on_refusal(backend, out.info):  # no backend started for a refused run is left behind
+            submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples,
+                               hooks=hooks, store=store)
         jobs = api.sft if submitted.kind == "sft" else api.rl
         if not poll:
             doc = {"job_id": submitted.job_id, "status": submitted.job.get("status", "queued"),

@@ -3,6 +3,7 @@ the payload builder turns into `POST /learning/jobs`."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from synth_ai.config.fields import (
     Ratio,
     StringList,
 )
-from synth_ai.config.kinds import FULL_MODES, LORA_MODES
+from synth_ai.config.kinds import FULL_MODES, LORA_MODES, SFT_TRAINING_MODES
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.toml_source import TomlSource, display_path
 from synth_ai.errors import InvalidInputError
@@ -269,6 +270,12 @@ def _check_modes(findings: Findings, data: dict[str, Any]) -> None:
     variety = str(table(data, "algorithm").get("variety", "")).lower()
     mode = table(data, "training").get("mode")
     if not isinstance(mode, str):
+        return
+    if mode.lower() not in SFT_TRAINING_MODES and not mode.lower().startswith("sft"):
+        close = difflib.get_close_matches(mode.lower(), sorted(SFT_TRAINING_MODES), n=1)
+        hint = f'did you mean "{close[0]}"? ' if close else ""
+        findings.error_found(("training", "mode"), "unknown training mode", mode,
+                             fix=f'{hint}use "full_finetune", "lora" or "qlora"')
         return
     if table(data, "training").get("use_qlora") is True and mode.lower() in FULL_MODES:
         findings.error_found(("training", "use_qlora"), "QLoRA with a full fine-tune mode", True,

@@ -6,13 +6,22 @@ The embedded backend reports in `/health` whether its environment has the traini
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from synth_ai.client.connect import stop_started_backend
 from synth_ai.client.resources import SynthAPI
 from synth_ai.env.backend_url import BackendTarget
 from synth_ai.env.extras import install_commands
-from synth_ai.errors import SynthError, UnavailableError
+from synth_ai.errors import (
+    AuthError,
+    DeadlineError,
+    InvalidInputError,
+    NetworkError,
+    SynthError,
+    UnavailableError,
+)
 
 
 class TrainingUnavailableError(UnavailableError):
@@ -23,8 +32,10 @@ def training_report(api: SynthAPI) -> dict[str, Any] | None:
     """The backend's `training` capability, or None when it does not report one."""
     try:
         doc = api.transport.get_json("/health")
+    except (NetworkError, DeadlineError):
+        raise  # the backend cannot be reached: say so now rather than after the same retries again
     except SynthError:
-        return None
+        return None  # no such route, or an error answer: it does not report
     training = doc.get("training") if isinstance(doc, dict) else None
     return training if isinstance(training, dict) else None
 
@@ -51,12 +62,13 @@ def ensure_backend_can_train(api: SynthAPI, backend: BackendTarget, rerun: str) 
         hint=steps, details={"training": training})
 
 
-def check_before_submit(api: SynthAPI, backend: BackendTarget, rerun: str, say) -> None:
-    """`ensure_backend_can_train`, stopping a backend this command started when it refuses (none is left behind)."""
+@contextmanager
+def released_on_refusal(backend: BackendTarget, say: Callable[[str], None]) -> Iterator[None]:
+    """Stop a backend this command started when the run is refused (it cannot train, the dataset or the key is
+    rejected): such refusals come before any job exists, and no backend is left running for nothing."""
     try:
-        ensure_backend_can_train(api, backend, rerun)
-    except TrainingUnavailableError:
-        api.close()
+        yield
+    except (InvalidInputError, UnavailableError, AuthError):
         stop_started_backend(backend, say)
         raise
 

@@ -20,6 +20,9 @@ from synth_ai.errors import ConfigError, ConfigIssue, InvalidInputError
 from synth_ai.train.plan import TrainPlan, plan_rl, plan_sft
 
 
+DEFAULT_FOLLOW_S = 3600.0
+
+
 @dataclass
 class TrainOptions:
     configs: list[str] = field(default_factory=list)
@@ -42,6 +45,13 @@ class PreparedTraining:
     env_files: list[Path]
     notices: list[str] = field(default_factory=list)  # things the user should know (ignored flags, ...)
     missing_api_key: bool = False  # no key yet (the embedded backend creates one when it first starts)
+
+    def follow_timeout(self, flag: float | None) -> float:
+        """How long to follow the job: --poll-timeout, else the SFT config's [job].poll_seconds, else an hour."""
+        if flag is not None:
+            return flag
+        configured = self.config.resolved.get("job", {}).get("poll_seconds") if self.config.kind == "sft" else None
+        return float(configured) if isinstance(configured, (int, float)) and configured > 0 else DEFAULT_FOLLOW_S
 
 
 def select_config(options: TrainOptions, choose) -> tuple[Path, str | None]:

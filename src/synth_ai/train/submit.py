@@ -51,6 +51,8 @@ class Hooks:
     say: Callable[[str], None] = lambda _m: None
     warn: Callable[[str], None] = lambda _m: None
     upload_progress: Callable[[str, int, int], None] | None = None  # (label, sent, total)
+    # Called once the local checks passed, before the first request (the CLI asks whether the backend can train).
+    preflight: Callable[[], None] = lambda: None
 
 
 def submit(prepared: PreparedTraining, api: SynthAPI, *, idempotency: str | None, examples: int | None,
@@ -96,6 +98,7 @@ def _submit_sft(prepared, api: SynthAPI, *, idempotency, examples, hooks: Hooks,
                                         "invalid; nothing was uploaded.\n" + validation_report.render(),
                                         details=validation_report.to_dict())
 
+        hooks.preflight()
         fingerprints: list[str] = []
         training = _upload(api, dataset, report.sha256, "training dataset", hooks, store, fingerprints)
         files = [training]
@@ -203,6 +206,7 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
         raise AuthError("ENVIRONMENT_API_KEY is required for RL: the trainer and this check call the task app "
                         "with it.", hint="Run `synth-ai setup --local`, or pass --env-file with "
                         "ENVIRONMENT_API_KEY=...")
+    hooks.preflight()  # can this backend train at all? (before anything is shared or created)
     # Locally first: only a key this task app accepts is worth handing to the backend.
     hooks.say("Performing task app health check…")
     aliases = [a.strip() for a in os.environ.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
