@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     lib_rate = mb / _best(lib)
     print(f"ours:     validate_jsonl(workers=0) in process, import ({ours_lib.import_seconds:.2f} s) excluded: best "
           f"{_best(lib):.3f} s = {lib_rate:.0f} MB/s (median {mb / _median(lib):.0f} MB/s), CPU (its forked "
-          f"workers included) {_best(lib, 'cpu_seconds'):.2f} s; RSS growth {max(r['rss_growth_kb'] for r in lib) / 1024:.1f} MiB")
+          f"workers included) {_best(lib, 'cpu_seconds'):.2f} s; RSS growth "
+          f"{max(r['rss_growth_kb'] for r in lib) / 1024:.1f} MiB")
     rel = os.path.relpath(Path(__file__).resolve(), Path.cwd())
     source = f"--file {args.file}" if args.file else f"--size-mb {args.size_mb} --mix {args.mix}"
     print(f"reproduce: python {rel} {source} --runs {args.runs}" + (" --no-baseline" if args.no_baseline else "")
@@ -349,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"          CPU: baseline {_best(base, 'cpu_seconds'):.2f} s (validation only) vs ours "
           f"{_best(ours, 'cpu_seconds'):.2f} s (whole process, workers included): "
           f"ratio {_best(base, 'cpu_seconds') / _best(ours, 'cpu_seconds'):.2f}")
-    print(f"          in process, both sides' imports excluded: ours {lib_rate:.0f} MB/s, baseline {base_rate:.0f} MB/s, "
+    print(f"          in process, both sides' imports excluded: ours {lib_rate:.0f} MB/s, "
+          f"baseline {base_rate:.0f} MB/s, "
           f"ratio {lib_rate / base_rate:.2f} (medians: ratio {_median(base) / _median(lib):.2f})")
     headline = lib_rate if args.in_process else ours_rate
     print(f"validate: ours {headline:.0f} MB/s, baseline {base_rate:.0f} MB/s, ratio {headline / base_rate:.2f}")

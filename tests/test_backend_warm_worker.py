@@ -168,6 +168,32 @@ def test_without_an_importable_training_stack_jobs_start_cold(tmp_path, tiny_mod
         backend.stop()
 
 
+def test_restart_recognises_an_orphaned_warm_started_worker(tmp_path):
+    """A warm-started worker has no job id on its command line; settling after a restart still recognises it (by
+    the job folder it works in) and never a process of another job or program."""
+    import subprocess
+    import sys
+
+    from synth_ai.backend.workers import _is_worker_of
+
+    folder = tmp_path / "jobs" / "job_abc"
+    folder.mkdir(parents=True)
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "synth_ai.backend.worker",
+                             "--warm"], cwd=folder)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=folder)
+    try:
+        wait_for(lambda: os.path.exists(f"/proc/{fake.pid}/cmdline")
+                 and b"--warm" in open(f"/proc/{fake.pid}/cmdline", "rb").read(), timeout=10, what="the process")
+        assert _is_worker_of(fake.pid, "job_abc")
+        assert not _is_worker_of(fake.pid, "job_other")
+        assert not _is_worker_of(other.pid, "job_abc")  # right folder, but not a worker
+    finally:
+        for proc in (fake, other):
+            proc.kill()
+            proc.wait()
+    assert not _is_worker_of(fake.pid, "job_abc")  # gone
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:

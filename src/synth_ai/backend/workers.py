@@ -6,8 +6,9 @@ job a previous backend left `running`: resumed from its last checkpoint (the wor
 trainer picks up its checkpoint) or failed with the reason.
 
 Jobs are handed to a warm worker (a process that imported the training stack ahead of time, see
-`synth_ai.backend.warm`) when one is ready, else started cold. Workers are started from this one long-lived thread because Linux's PR_SET_PDEATHSIG (which the worker uses to
-notice the backend dying) fires when the *thread* that forked it exits.
+`synth_ai.backend.warm`) when one is ready, else started cold. Workers are started from this one long-lived thread
+because Linux's PR_SET_PDEATHSIG (which the worker uses to notice the backend dying) fires when the *thread* that
+forked it exits.
 """
 
 from __future__ import annotations
