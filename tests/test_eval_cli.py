@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, run_cli
 from eval_support import JUDGE_FILE, answering_policy, by_seed, sessions, write_config
 from taskapp_support import ENV_KEY, scripted_model, stop, subprocess_env, synth_ai_command, wait_for_health
 
@@ -283,3 +283,12 @@ def test_a_trace_db_that_cannot_be_opened_is_an_input_error(cli, isolated_home: 
     assert result.exit_code == 3, result.stdout + result.stderr
     assert "Cannot open the trace database" in result.json()["error"]["message"]
     assert model.requests == []  # nothing ran
+
+
+def test_app_id_option_is_the_docs_spelling_of_the_argument():
+    """The product docs write `synth-ai eval --app-id ID`; it names the same app as the APP_ID argument, and two
+    different apps are a usage error."""
+    clash = run_cli("eval", "math-single-step", "--app-id", "color-quiz", "--model", "m")
+    assert clash.exit_code == 2 and "--app-id" in clash.stderr
+    unknown = run_cli("eval", "--app-id", "no-such-app", "--model", "synth-ai/tiny-qwen3")
+    assert unknown.exit_code == 8 and "no-such-app" in unknown.stderr

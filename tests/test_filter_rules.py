@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from filter_support import add_session, filter_config, read_jsonl
 
 from synth_ai.errors import ExitCode
@@ -366,3 +367,20 @@ def test_relative_db_resolves_from_the_working_directory_then_the_config_folder(
         add_session(store, "cwd")
     result = cli("--json", "filter", "--config", str(config))
     assert sessions_of(project / "out.jsonl") == ["cwd"]
+
+
+def test_bare_filter_uses_the_only_filter_config_here_and_refuses_to_guess(isolated_home: Path):
+    """The product docs run a bare `synth-ai filter`: one filter config in the working directory is used; none or
+    several is an error that names them (exit 8 / 3), and nothing is written."""
+    none = run_cli("filter")
+    assert none.exit_code == 8 and "No filter config" in none.stderr and "--config" in none.stderr
+    body = '[filter]\ndb = "missing.db"\noutput = "out.jsonl"\n'
+    (isolated_home / "a.toml").write_text(body)
+    one = run_cli("filter")
+    assert one.exit_code == 8 and "Using config:" in one.stdout and "missing.db" in one.stderr
+    (isolated_home / "sub").mkdir()
+    (isolated_home / "sub" / "b.toml").write_text(body)
+    several = run_cli("filter")
+    assert several.exit_code == 3 and "2 filter configs" in several.stderr
+    assert "a.toml" in several.stderr and "b.toml" in several.stderr
+    assert not (isolated_home / "out.jsonl").exists()

@@ -5,8 +5,8 @@ The snippets live verbatim in `tests/data/product_docs/` (README.md there says w
 in `commands.txt` and run as written, minus the `uvx` launcher (`uvx --from .` itself is tested in
 `test_train_capability.py`) and with placeholders (`<job_id>`, `...`, the hosted URL) filled in. Commands that
 would start real work are checked with `--dry-run` (the exact requests), except the SFT loop, which runs for real
-against an embedded backend with the tiny local model. Commands that need `eval` / `filter` are listed in
-PENDING until those commands exist.
+against an embedded backend with the tiny local model, as does the agent loop (eval -> filter -> train -> poll ->
+eval of the fine-tuned model).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, chat_j
 from conftest import REPO_ROOT, run_cli
 
 DOCS = Path(__file__).parent / "data" / "product_docs"
-PENDING = {"eval-app", "eval-model", "eval", "filter"}  # need `synth-ai eval` / `synth-ai filter`
+PENDING: set[str] = set()  # every documented command has a test
 VL_EXAMPLE = REPO_ROOT / "examples/qwen_vl/configs/crafter_rl_vision_qwen3vl4b.toml"
 VL_THINKING_EXAMPLE = REPO_ROOT / "examples/qwen_vl/configs/crafter_rl_vision_qwen3vl4b_thinking.toml"
 RL_TEXT_EXAMPLE = REPO_ROOT / "examples/configs/rl_text_qwen3_4b.toml"
@@ -95,7 +95,8 @@ def test_every_documented_command_is_tested_or_pending():
 
 
 COVERED = {"sft-launch", "sft-status-curl", "serve", "deploy", "rl-launch", "rl-status-curl", "rl-launch-from-base",
-           "rl-vision-launch", "rl-no-poll", "sft-no-poll", "legacy-rl-script"}
+           "rl-vision-launch", "rl-no-poll", "sft-no-poll", "legacy-rl-script", "eval-app", "eval-model", "eval",
+           "filter"}
 
 
 # ------------------------------------------------------------------------------------ SFT page (004)
@@ -449,3 +450,78 @@ def test_sft_agent_loop_train_no_poll_then_poll_the_job(backend: BackendProcess,
         assert [j["id"] for j in client.get("/learning/jobs").json()["data"]] == [job_id]
         files = client.get("/files").json()
     assert len(files.get("data", files.get("files", []))) == 1
+
+
+AGENT_EVAL_TOML = """[eval]
+app_id = "color-quiz"
+model = "synth-ai/tiny-qwen3"
+seeds = "0-15"
+concurrency = 4
+
+[eval.env_config]
+things = 1
+
+[eval.policy_config]
+temperature = 1.0
+max_tokens = 12
+"""
+
+AGENT_FILTER_TOML = """[filter]
+db = "traces/v3/synth_ai.db"
+output = "ft_data/filtered.jsonl"
+min_official_score = 0.2
+"""
+
+
+def test_agent_loop_eval_filter_train_poll_then_eval_the_model(backend: BackendProcess, isolated_home: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """004 §4 and 000 §4 as written: `eval` (traces) -> `filter` (JSONL) -> `train --no-poll` -> poll with the
+    documented curl -> `fine_tuned_model` -> `eval --model <fine_tuned_model>` and `eval --app-id … --model ft:…`.
+    The bare `eval` and `filter` find their configs in the working directory; the backend comes from
+    BACKEND_BASE_URL, as a user's .env would set it."""
+    monkeypatch.setenv("SYNTH_API_KEY", backend.key)
+    monkeypatch.setenv("BACKEND_BASE_URL", backend.url)
+    _docs_sft_workspace(isolated_home)
+    config = isolated_home / "configs" / "train.toml"
+    config.write_text(config.read_text() + "sequence_length = 64\n")
+    (isolated_home / "configs" / "eval.toml").write_text(AGENT_EVAL_TOML)
+    (isolated_home / "configs" / "filter.toml").write_text(AGENT_FILTER_TOML)
+
+    evaluated = run_cli("--json", *argv("eval"))
+    assert evaluated.exit_code == 0, evaluated.stdout + evaluated.stderr
+    assert evaluated.json()["summary"]["ok"] == 16
+    filtered = run_cli("--json", *argv("filter"))
+    assert filtered.exit_code == 0, filtered.stdout + filtered.stderr
+    written = filtered.json()["examples"]["written"]
+    data = isolated_home / "ft_data" / "filtered.jsonl"
+    records = [json.loads(line) for line in data.read_text().splitlines()]
+    assert len(records) == written > 0
+    assert all(r["messages"][0]["content"] == "What color is the sky?" for r in records)
+    assert run_cli("files", "validate", str(data)).exit_code == 0
+
+    args = [*argv("sft-no-poll", replace={"…": "--config configs/train.toml --dataset ft_data/filtered.jsonl"}),
+            "--model", TINY_TEXT]
+    created = run_cli("--json", *args)
+    assert created.exit_code == 0, created.stdout + created.stderr
+    job_id = created.json()["job_id"]
+    deadline = time.monotonic() + 600
+    job = _curl("sft-status-curl", backend, job_id)
+    while job["status"] not in {"succeeded", "failed", "cancelled"} and time.monotonic() < deadline:
+        time.sleep(0.5)
+        job = _curl("sft-status-curl", backend, job_id)
+    assert job["status"] == "succeeded", job
+    model = job["fine_tuned_model"]
+    assert model.startswith("ft:")
+
+    by_model = run_cli("--json", *argv("eval-model", replace={"<fine_tuned_model>": model}))
+    assert by_model.exit_code == 0, by_model.stdout + by_model.stderr
+    by_app = run_cli("--json", *argv("eval-app", replace={"your-task-id": "color-quiz", "ft:...": model}))
+    assert by_app.exit_code == 0, by_app.stdout + by_app.stderr
+    assert by_model.json()["model"] == model and by_model.json()["summary"]["ok"] == 16  # the config's seeds
+    # App and model on the command line make a complete run: no config is looked for, seeds default to 0-4.
+    assert by_app.json()["model"] == model and by_app.json()["summary"]["ok"] == 5
+    import sqlite3
+
+    with sqlite3.connect(isolated_home / "traces" / "v3" / "synth_ai.db") as db:
+        models = [json.loads(m)["model"] for (m,) in db.execute("SELECT metadata FROM session_traces")]
+    assert models.count(TINY_TEXT) == 16 and models.count(model) == 21

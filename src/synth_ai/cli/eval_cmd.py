@@ -13,6 +13,8 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         app_id: str = typer.Argument(None, help="Task app id or alias (default: [eval].app_id, or the only app "
                                      "found)."),
+        app_id_option: str = typer.Option(None, "--app-id", help="Task app id (the product docs' spelling of the "
+                                          "APP_ID argument)."),
         config: str = typer.Option(None, "--config", help="Eval TOML ([eval] table or the whole file; default: the "
                                    "first eval config found under the working directory)."),
         model: str = typer.Option(None, "--model", help="Model to evaluate (overrides [eval].model): a base id, "
@@ -48,6 +50,10 @@ def register(app: typer.Typer) -> None:
         from synth_ai.eval.settings import EvalOptions
 
         out = output_of(ctx, json_flag)
+        if app_id and app_id_option and app_id != app_id_option:
+            raise typer.BadParameter(f"APP_ID is {app_id!r} but --app-id is {app_id_option!r}; give one of them.",
+                                     param_hint="--app-id")
+        app_id = app_id or app_id_option
         options = EvalOptions(
             app_id=app_id, config=config, model=model, seeds=seeds, split=split, url=url,
             env_files=list(env_file or []), trace_db=trace_db, metadata=list(metadata or []),

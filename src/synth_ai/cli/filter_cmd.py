@@ -11,7 +11,8 @@ def register(app: typer.Typer) -> None:
     @app.command("filter")
     def filter_command(
         ctx: typer.Context,
-        config: str = typer.Option(..., "--config", help="Filter TOML with a [filter] table (db, output, rules)."),
+        config: str = typer.Option(None, "--config", help="Filter TOML with a [filter] table (db, output, rules; "
+                                   "default: the only filter config under the working directory)."),
         json_flag: bool = json_option(),
     ) -> None:
         """Export filtered tracing sessions to SFT-ready JSONL based on a TOML config.
@@ -21,9 +22,12 @@ def register(app: typer.Typer) -> None:
         """
         from synth_ai.config.loader import load_config
         from synth_ai.filter.flow import drop_summary, run_filter
-        from synth_ai.filter.options import options_from_config
+        from synth_ai.filter.options import find_filter_config, options_from_config
 
         out = output_of(ctx, json_flag)
+        if config is None:  # the product docs run a bare `synth-ai filter` next to its config
+            config = str(find_filter_config())
+            out.info(f"Using config: {config}")
         loaded = load_config(config, "filter")
         out.issues(loaded.issues)
         options = options_from_config(loaded)

@@ -72,3 +72,21 @@ def options_from_config(loaded: LoadedConfig, *, base_dir: Path | None = None) -
 def _instant(value: Any) -> datetime | None:
     """The config layer has already checked the value and written it as an ISO-8601 UTC instant."""
     return None if value is None else datetime.fromisoformat(str(value))
+
+
+def find_filter_config(root: Path | None = None) -> Path:
+    """The one filter TOML under `root` (default: the working directory); several or none is an error that
+    names them, since guessing which sessions to export would be worse than asking."""
+    from synth_ai.config.discovery import discover_configs
+    from synth_ai.errors import NotFoundError
+
+    base = (root or Path.cwd()).resolve()
+    found = [path for path, _ in discover_configs(base, {"filter"})]
+    if not found:
+        raise NotFoundError(f"No filter config (a TOML with a [filter] table) under {base}.",
+                            hint="Pass --config PATH, e.g. synth-ai filter --config examples/configs/filter_math.toml")
+    if len(found) > 1:
+        listing = "\n".join(f"  {path}" for path in found[:20])
+        raise InvalidInputError(f"{len(found)} filter configs under {base}; say which one with --config:\n{listing}",
+                                hint=f"synth-ai filter --config {found[0]}")
+    return found[0]
