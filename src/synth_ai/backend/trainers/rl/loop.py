@@ -162,7 +162,7 @@ def _report_failures(reporter: Any, it: int, failed: list[Rollout], total: int) 
                    f"iteration {it}: {len(failed)} of {total} rollouts failed and were left out of training "
                    f"({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}): {failed[0].error}",
                    {"iteration": it, "failed": len(failed), "total": total, "by_kind": kinds,
-                    "first_error": failed[0].error}, level="warning")
+                    "first_error": failed[0].error, "attempts": max(r.attempts for r in failed)}, level="warning")
 
 
 def _iteration_record(it: int, rollouts: list[Rollout], counts: dict[str, int], stats: Any, rollout_s: float,
