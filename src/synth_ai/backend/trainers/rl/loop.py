@@ -4,8 +4,8 @@ Per iteration: `batch_size` seeds x `group_size` rollouts against the task app t
 policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the recorded tokens, weight sync every
 `weight_sync_interval` iterations, evaluation every `[evaluation].every_n_iters`, a checkpoint every
 `checkpoint_interval`. Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
-`rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the job's terminal events
-belong to the worker.
+`rl.images.dropped`, `rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the
+job's terminal events belong to the worker.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
             started = time.perf_counter()
             rollouts = runner.run(iteration_jobs(settings, it), mode="rl")
             rollout_s = time.perf_counter() - started
+            _report_dropped_images(reporter, engine, settings, it)
             failed = [r for r in rollouts if not r.ok]
             if failed:
                 _report_failures(reporter, it, failed, len(rollouts))
@@ -152,6 +153,17 @@ def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int) -> floa
                    {"iteration": it, "mean_return": mean, "seeds": len(jobs), "errors": len(jobs) - len(ok),
                     "returns": ok}, level="info" if mean is not None else "warning")
     return mean
+
+
+def _report_dropped_images(reporter: Any, engine: Any, settings: RLSettings, it: int) -> None:
+    dropped = getattr(engine, "images_dropped", 0)
+    if dropped:
+        engine.images_dropped = 0
+        reporter.event("rl.images.dropped",
+                       f"iteration {it}: {dropped} image(s) beyond max_images_per_step="
+                       f"{settings.max_images_per_step} were dropped from policy prompts (oldest first).",
+                       {"iteration": it, "images_dropped": dropped,
+                        "max_images_per_step": settings.max_images_per_step}, level="warning")
 
 
 def _report_failures(reporter: Any, it: int, failed: list[Rollout], total: int) -> None:

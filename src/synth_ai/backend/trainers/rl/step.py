@@ -3,9 +3,10 @@ samples, checkpoints, and the final `rl:` model.
 
 Dropout stays off (the model is kept in eval mode): the log-probs computed for training must equal the ones
 recorded while sampling, so that the first update of an iteration is exactly on-policy (ratio 1).
-Optimiser steps per iteration: the samples are cut into micro-batches of `max_accumulated_minibatch` (all in one
-by default), and `gradient_accumulation_steps` micro-batches make one optimiser step. With the defaults that is one
-step per iteration, fully on-policy; later steps of an iteration are off-policy and GSPO's clip applies.
+Optimiser steps per iteration: one over all of the iteration's samples by default (fully on-policy: ratio 1). With
+`max_accumulated_minibatch = m`, each step takes m x `gradient_accumulation_steps` samples, run m at a time; steps
+after the first of an iteration are off-policy and GSPO's clip applies. Rows with images always run one per
+forward pass (their gradients still accumulate into the same step).
 """
 
 from __future__ import annotations
@@ -128,9 +129,9 @@ class GSPOTrainer:
         from synth_ai.backend.trainers.rl.gspo import gspo_loss
 
         s = self.settings
-        micro = micro_batches(samples, s.micro_batch or DEFAULT_MICRO_BATCH)
-        per_step = max(1, s.gradient_accumulation_steps)
-        steps = [micro[i:i + per_step] for i in range(0, len(micro), per_step)]
+        per_step = s.micro_batch * max(1, s.gradient_accumulation_steps) if s.micro_batch else len(samples)
+        steps = [micro_batches(samples[i:i + per_step], s.micro_batch or DEFAULT_MICRO_BATCH)
+                 for i in range(0, len(samples), per_step)]
         autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.use_bf16 else NullContext()
         total_loss = clipped = 0.0
         ratio_sum = kl_sum = ref_kl_sum = 0.0
