@@ -4,11 +4,8 @@ that answers garbage (a clear event, counted errors, no crash)."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import signal
 import subprocess
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +13,13 @@ import pytest
 
 from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, wait_for
 from conftest import free_port
-from taskapp_support import REPO_ROOT, running_app, stop, subprocess_env, synth_ai_command, wait_for_health
+from rl_support import Recorder, quiz_app, rl_body, run_in_process
+from taskapp_support import running_app, stop, subprocess_env, synth_ai_command, wait_for_health
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
 
 ENV_KEY = "sk_env_rl_faults_0123456789"
-CONFIG = REPO_ROOT / "examples" / "configs" / "rl_tiny_local.toml"
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
@@ -35,64 +32,6 @@ def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     return ENV_KEY
-
-
-def quiz_app(*, delay: float = 0.0, garbage: Any = None) -> Any:
-    """The bundled color-quiz app, optionally slowed down or answering garbage for some seeds."""
-    from synth_ai.taskapp import create_task_app
-    from synth_ai.taskapp.discovery import load_task_app
-
-    base = load_task_app("color-quiz").config_factory()
-
-    async def rollout(request: Any, fastapi_request: Any = None) -> Any:
-        if delay:
-            await asyncio.sleep(delay)
-        if garbage is not None and garbage(request.env.seed):
-            return {"hello": "world", "seed": request.env.seed}
-        return await base.rollout(request, fastapi_request)
-
-    return create_task_app(dataclasses.replace(base, rollout=rollout))
-
-
-def config(**training: Any) -> dict[str, Any]:
-    doc = tomllib.loads(CONFIG.read_text())
-    doc["training"].update({"batch_size": 2, "group_size": 4, "rollout_retries": 1, **training})
-    doc.pop("evaluation")
-    return doc
-
-
-def rl_body(task_url: str, **training: Any) -> dict[str, Any]:
-    return {"job_type": "rl", "data": {"endpoint_base_url": task_url, "config": config(**training),
-                                        "base_model": TINY_TEXT}}
-
-
-class Recorder:
-    def __init__(self, on_event: Any = None) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.metrics: list[tuple[str, int, float]] = []
-        self.on_event = on_event
-
-    def event(self, type: str, message: str, data: dict[str, Any] | None = None, level: str = "info") -> None:  # noqa: A002
-        self.events.append({"type": type, "message": message, "data": data or {}, "level": level})
-        if self.on_event:
-            self.on_event(type)
-
-    def metric(self, name: str, step: int, value: float, phase: str = "train") -> None:
-        self.metrics.append((name, step, value))
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["type"] == kind]
-
-
-def run_in_process(tmp_path: Path, tiny_text: list[Path], task_url: str, recorder: Recorder, **training: Any):
-    from synth_ai.backend.modelstore import ModelStore
-    from synth_ai.backend.trainers.rl import run_rl
-
-    data = tmp_path / "store"
-    link_tiny(data, tiny_text)
-    spec = {"job_id": "rljob_local", **rl_body(task_url, **training)}
-    return run_rl(spec, workdir=tmp_path / "work", model_store=ModelStore(data), reporter=recorder,
-                  should_stop=lambda: False)
 
 
 def events(api: Any, job_id: str) -> list[dict[str, Any]]:

@@ -190,14 +190,14 @@ def _iteration_record(it: int, rollouts: list[Rollout], counts: dict[str, int], 
             "rollouts_per_second": len(rollouts) / max(rollout_s, 1e-9), "rollout_s": round(rollout_s, 3),
             "train_s": round(train_s, 3), **counts,
             **({"loss": stats.loss, "clip_fraction": stats.clip_fraction, "kl": stats.kl, "ratio_mean":
-                stats.ratio_mean, "optimizer_steps": stats.steps} if stats else {})}
+                stats.ratio_mean, "optimizer_steps": stats.steps, "kl_ref": stats.ref_kl} if stats else {})}
 
 
 def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any]) -> None:
     it = record["iteration"]
     names = {"reward.mean": "reward_mean", "reward.std": "reward_std", "loss": "loss",
              "clip_fraction": "clip_fraction", "kl": "kl", "response_tokens.mean": "response_tokens_mean",
-             "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second"}
+             "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second", "kl_ref": "kl_ref"}
     for metric, key in names.items():
         if record.get(key) is not None:
             reporter.metric(metric, it, record[key])
