@@ -99,5 +99,9 @@ def test_crafter_turns_are_recorded_and_train_on_policy(store: ModelStore, craft
     assert stats.steps == 1 and stats.sequences == 6
     assert stats.clip_fraction == 0.0 and stats.ratio_mean == pytest.approx(1.0, abs=1e-4)
     assert any(not torch.equal(before[n], p) for n, p in trainer.trainable.items())
+    # after the update the recorded log-probs are off-policy; recomputed ones (what a bf16 GPU run uses) are not
+    trainer.recompute_old = True
+    again = trainer.train(samples)
+    assert again.clip_fraction == 0.0 and again.ratio_mean == pytest.approx(1.0, abs=1e-5)
     if mode == "lora" and model.endswith("-vl"):  # the projector is trained in full, never LoRA'd
         assert any("merger" in n and "lora" not in n for n in trainer.trainable)
