@@ -21,7 +21,6 @@ from synth_ai.backend.trainers.rl.settings import RLSettings, resolve_rl_setting
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.backend.trainers.sft import TrainingCancelled
-from synth_ai.errors import InvalidInputError
 
 MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
 
@@ -210,4 +209,4 @@ def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any]) ->
                        {k: (round(v, 6) if isinstance(v, float) else v) for k, v in record.items()})
 
 
-__all__ = ["InvalidInputError", "run_rl"]
+__all__ = ["run_rl"]
