@@ -1,7 +1,8 @@
 """Multi-turn Crafter episodes (text and vision) through the RL data path with the tiny models: the bundled
 crafter task app over HTTP calls the policy server every turn; every turn's prompt and sampled tokens (and, for
 Qwen3-VL, its image tensors) are recorded under the rollout's cid; a GSPO step on them is exactly on-policy.
-Learning is not the point here (the tiny models score 0 at Crafter); the data path is."""
+Learning is not the point here (the tiny models score 0 at Crafter); the data path is. Also: images beyond
+`max_images_per_step` are dropped from policy prompts (oldest first) and counted in an event."""
 
 from __future__ import annotations
 
@@ -105,3 +106,40 @@ def test_crafter_turns_are_recorded_and_train_on_policy(store: ModelStore, craft
     assert again.clip_fraction == 0.0 and again.ratio_mean == pytest.approx(1.0, abs=1e-5)
     if mode == "lora" and model.endswith("-vl"):  # the projector is trained in full, never LoRA'd
         assert any("merger" in n and "lora" not in n for n in trainer.trainable)
+
+
+def test_images_beyond_max_images_per_step_are_dropped_and_counted(store: ModelStore):
+    from types import SimpleNamespace
+
+    from PIL import Image
+
+    from synth_ai.backend.inference.engine import describe_model
+    from synth_ai.backend.inference.policy_server import LocalPolicyServer
+    from synth_ai.backend.ml import loading
+    from synth_ai.backend.trainers.rl.loop import _report_dropped_images
+    from synth_ai.taskapp.vision import image_to_png_bytes, png_data_url
+
+    path = store.resolve("synth-ai/tiny-qwen3-vl")
+    model = loading.load_model(path, loading.Placement("cpu", torch.float32)).eval()
+    tokenizer = loading.load_tokenizer(path)
+    processor = loading.build_processor(tokenizer, loading.load_image_processor(path))
+    server = LocalPolicyServer(describe_model("vl", Path(path), model, tokenizer, vision=True, processor=processor),
+                               max_images=1)
+    frames = [{"type": "image_url", "image_url": {"url": png_data_url(image_to_png_bytes(Image.new("RGB", (32, 32), color)))}}
+              for color in ((200, 0, 0), (0, 200, 0))]
+    try:
+        import httpx
+
+        url = server.start()
+        answer = httpx.post(f"{url}?cid=vl-1", json={"model": "vl", "max_tokens": 4, "messages": [
+            {"role": "user", "content": [*frames, {"type": "text", "text": "What changed?"}]}]}, timeout=60)
+        assert answer.status_code == 200, answer.text
+    finally:
+        server.stop()
+    sample = server.take_calls("vl-1")[0].samples[0]
+    assert sample.images == 1 and sample.vision_inputs["image_grid_thw"].shape[0] == 1  # the newest frame only
+    events: list[tuple[str, dict[str, Any]]] = []
+    reporter = SimpleNamespace(event=lambda kind, message, data=None, level="info": events.append((kind, data)))
+    _report_dropped_images(reporter, server, SimpleNamespace(max_images_per_step=1), 0)
+    assert events == [("rl.images.dropped", {"iteration": 0, "images_dropped": 1, "max_images_per_step": 1})]
+    assert server.images_dropped == 0  # counted once
