@@ -86,7 +86,7 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
             current = it
             if should_stop():
                 _stop(trainer, reporter, it, start, history, last_eval)
-            if settings.eval_every and it % settings.eval_every == 0 and not (it == start and it > 0):
+            if settings.eval_every and it % settings.eval_every == 0:
                 last_eval = _evaluate(runner, settings, reporter, it)
             started = time.perf_counter()
             rollouts = runner.run(iteration_jobs(settings, it), mode="rl")
