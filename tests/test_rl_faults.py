@@ -147,3 +147,16 @@ def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tm
     assert "every rollout of iteration 2 failed" in str(info.value)
     assert "invalid rollout response" in str(info.value)
     assert len(recorder.of("rl.rollouts.failed")) == 3 and not recorder.of("rl.train.step")
+
+
+def test_the_environment_key_is_the_one_the_task_app_accepts_and_a_refusal_is_clear():
+    from synth_ai.backend.trainers.rl.rollouts import pick_environment_key
+    from synth_ai.errors import InvalidInputError
+
+    with running_app(quiz_app()) as app:
+        assert pick_environment_key(app, ["sk_env_wrong_one_000000", ENV_KEY]) == ENV_KEY
+        with pytest.raises(InvalidInputError) as info:
+            pick_environment_key(app, ["sk_env_wrong_one_000000", "sk_env_wrong_two_000000"])
+    assert "refused every ENVIRONMENT_API_KEY this backend knows (2)" in info.value.message
+    assert "setup --local" in info.value.hint
+    assert ENV_KEY[:10] not in str(info.value) + info.value.hint  # the app's key fragments are not repeated
