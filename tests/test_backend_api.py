@@ -226,19 +226,20 @@ def test_job_create_checks_the_payload(api, tmp_path):
     assert api.post("/learning/jobs", content=b"[1,2", headers={"Content-Type": "application/json"}).status_code == 422
 
 
-def test_rl_create_is_501_when_valid_and_400_when_not(api):
+def test_rl_create_queues_when_valid_and_is_400_when_not(api):
     body = {"job_type": "rl", "compute": {"gpu_type": "H100", "gpu_count": 1},
             "data": {"endpoint_base_url": "http://127.0.0.1:8001/", "base_model": "Qwen/Qwen3-4B",
                      "config": {"algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"}}},
             "tags": {"source": "train-cli"}}
     response = api.post("/rl/jobs", json=body, headers={"Idempotency-Key": "rl-1"})
-    assert response.status_code == 501
-    assert "RL training is not available on this backend yet" in response.json()["detail"]
+    assert response.status_code == 201, response.text  # RL jobs start on create (the GSPO trainer runs them)
+    assert response.json()["status"] in {"queued", "running", "failed"}
+    assert response.json()["id"].startswith("rljob_")
     bad = api.post("/rl/jobs", json={**body, "data": {**body["data"], "base_model": "Qwen/Qwen3-32B"}})
     assert bad.status_code == 400 and "RL" in bad.json()["detail"]
     assert api.post("/rl/jobs", json={"job_type": "rl"}).status_code == 400
     assert api.get("/rl/jobs/rljob_missing").status_code == 404
-    assert api.get("/rl/jobs").json()["data"] == []
+    assert [j["id"] for j in api.get("/rl/jobs").json()["data"]] == [response.json()["id"]]
 
 
 def test_verify_task_app_against_a_real_task_app(api, monkeypatch):

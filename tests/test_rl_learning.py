@@ -2,13 +2,12 @@
 backend (subprocess, SQLite) and the bundled color-quiz task app (subprocess, `synth-ai serve`), over HTTP.
 
 The tiny Qwen3's mean reward must rise clearly over the run (seeded), and the resulting `rl:` model must answer at
-the inference endpoint and start a second RL job as `[model].source` (`--model`)."""
+the inference endpoint, start a second RL job as `[model].source`, and start an SFT job."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,16 @@ from typing import Any
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, wait_for
+from backend_support import (
+    TINY_TEXT,
+    BackendProcess,
+    build_tiny_models,
+    chat_jsonl,
+    link_tiny,
+    sft_body,
+    upload,
+    wait_for,
+)
 from conftest import free_port
 from taskapp_support import REPO_ROOT, stop, subprocess_env, synth_ai_command, wait_for_health
 
@@ -93,11 +101,9 @@ def test_gspo_learns_color_quiz_and_the_rl_model_is_usable(tmp_path: Path, tiny_
             assert ENV_KEY not in json.dumps(events)
 
             # the rl: model answers at the inference endpoint, better than the model it started from
-            sys.path.insert(0, str(REPO_ROOT / "examples" / "task_apps" / "colors"))
-            try:
-                from task_app import grade
-            finally:
-                sys.path.pop(0)
+            from synth_ai.taskapp.discovery import find_task_app, import_app_module
+
+            grade = import_app_module(find_task_app("color-quiz").path).grade
 
             def greedy(model_id: str) -> float:
                 answer = api.post("/inference/v1/chat/completions", json={
@@ -125,5 +131,20 @@ def test_gspo_learns_color_quiz_and_the_rl_model_is_usable(tmp_path: Path, tiny_
             started = next(e for e in api.get(f"/rl/jobs/{second_id}/events", params={"limit": 1000}).json()[
                 "events"] if e["type"] == "rl.train.started")
             assert started["data"]["model"] == model
+
+            # and the start of an SFT job: this backend continues SFT from its own fine-tuned models
+            file_id = upload(api, chat_jsonl(tmp_path / "sft.jsonl")).json()["id"]
+            created = api.post("/learning/jobs", json=sft_body(file_id, steps=2, model=model))
+            assert created.status_code == 201, created.text
+            sft_id = created.json()["id"]
+            api.post(f"/learning/jobs/{sft_id}/start")
+            sft = wait_for(lambda: (j := api.get(f"/learning/jobs/{sft_id}").json())["status"] in TERMINAL and j,
+                           timeout=300, interval=0.5, what="the SFT job")
+            assert sft["status"] == "succeeded", sft
+            assert sft["fine_tuned_model"] == f"ft:{TINY_TEXT}:{sft_id}"
+            answer = api.post("/inference/v1/chat/completions", json={
+                "model": sft["fine_tuned_model"], "messages": [{"role": "user", "content": "What is 2 plus 2?"}],
+                "max_tokens": 8})
+            assert answer.status_code == 200, answer.text
     finally:
         backend.stop()
