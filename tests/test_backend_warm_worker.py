@@ -161,7 +161,7 @@ def test_without_an_importable_training_stack_jobs_start_cold(tmp_path, tiny_mod
             wait_for(lambda: job_status(api, job_id) in FINISHED, timeout=60, what="the job to end")
             final = api.get(f"/learning/jobs/{job_id}").json()
             assert final["status"] == "failed"
-            assert "install the training extra" in final["error"], final["error"]
+            assert "add the training extra" in final["error"], final["error"]
         assert warm_log.read_text().count("cannot be imported") == 1  # not retried
         assert warm_worker_pid(data) is None
     finally:

@@ -43,6 +43,8 @@ def _spec(extra: str, source: str | None, cwd: Path) -> str:
         shown = "." if folder.resolve() == cwd.resolve() else os.path.relpath(folder, cwd)
     except ValueError:
         shown = str(folder)
+    if shown.startswith("../.."):  # a path that climbs far is harder to read than the absolute one
+        shown = str(folder.resolve())
     if not shown.startswith((".", "/")):
         shown = f"./{shown}"
     return f"{shown}[{extra}]"
