@@ -421,6 +421,16 @@ def _curl(ident: str, backend: BackendProcess, job_id: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
+def _poll_with_curl(backend: BackendProcess, job_id: str) -> dict[str, Any]:
+    """Poll the job with the documented status curl until it ends (or 10 minutes pass)."""
+    deadline = time.monotonic() + 600
+    job = _curl("sft-status-curl", backend, job_id)
+    while job["status"] not in {"succeeded", "failed", "cancelled"} and time.monotonic() < deadline:
+        time.sleep(0.5)
+        job = _curl("sft-status-curl", backend, job_id)
+    return job
+
+
 def test_sft_agent_loop_train_no_poll_then_poll_the_job(backend: BackendProcess, isolated_home: Path,
                                                         monkeypatch: pytest.MonkeyPatch):
     """004 §3-4 (without eval/filter): train --no-poll, poll /api/learning/jobs/<job_id> with the documented
@@ -434,11 +444,7 @@ def test_sft_agent_loop_train_no_poll_then_poll_the_job(backend: BackendProcess,
     result = run_cli("--json", *args)
     assert result.exit_code == 0, result.stdout + result.stderr
     job_id = result.json()["job_id"]
-    deadline = time.monotonic() + 600
-    job = _curl("sft-status-curl", backend, job_id)
-    while job["status"] not in {"succeeded", "failed", "cancelled"} and time.monotonic() < deadline:
-        time.sleep(0.5)
-        job = _curl("sft-status-curl", backend, job_id)
+    job = _poll_with_curl(backend, job_id)
     assert job["status"] == "succeeded", job
     assert job["fine_tuned_model"]
     assert _curl("rl-status-curl", backend, job_id)["fine_tuned_model"] == job["fine_tuned_model"]
@@ -504,11 +510,7 @@ def test_agent_loop_eval_filter_train_poll_then_eval_the_model(backend: BackendP
     created = run_cli("--json", *args)
     assert created.exit_code == 0, created.stdout + created.stderr
     job_id = created.json()["job_id"]
-    deadline = time.monotonic() + 600
-    job = _curl("sft-status-curl", backend, job_id)
-    while job["status"] not in {"succeeded", "failed", "cancelled"} and time.monotonic() < deadline:
-        time.sleep(0.5)
-        job = _curl("sft-status-curl", backend, job_id)
+    job = _poll_with_curl(backend, job_id)
     assert job["status"] == "succeeded", job
     model = job["fine_tuned_model"]
     assert model.startswith("ft:")
