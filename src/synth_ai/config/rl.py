@@ -32,6 +32,7 @@ from synth_ai.config.fields import (
     FiniteFloat,
     NonEmptyStr,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     Seeds,
@@ -125,6 +126,15 @@ class TrainingSection(BaseModel):
     rewards: dict[str, Any] | None = None
     supports_vision: bool | None = None
     max_images_per_message: PositiveInt | None = None
+    # Honoured by the embedded backend's GSPO trainer (docs/rl.md); forwarded as-is to other backends.
+    seed: NonNegativeInt | None = None
+    clip_epsilon_low: PositiveFloat | None = None
+    clip_epsilon_high: PositiveFloat | None = None
+    kl_coef: NonNegativeFloat | None = None
+    max_grad_norm: NonNegativeFloat | None = None
+    checkpoint_interval: PositiveInt | None = None
+    rollout_timeout_s: PositiveFloat | None = None
+    rollout_retries: NonNegativeInt | None = None
 
 
 class EvaluationSection(BaseModel):

@@ -57,6 +57,40 @@ class LoadedModel:
     loaded_at: float = field(default_factory=time.time)
 
 
+@dataclass
+class SampledTokens:
+    """One sampled choice, token for token (see `InferenceEngine.chat_completion_with_tokens`)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    temperature: float
+    vision_inputs: dict[str, Any] = field(default_factory=dict)  # pixel_values / image_grid_thw (CPU tensors)
+    images: int = 0
+    finish_reason: str = "stop"
+
+
+def describe_model(model_id: str, path: Path, model: Any, tokenizer: Any, *, vision: bool, processor: Any = None,
+                   device: str = "cpu") -> LoadedModel:
+    """A servable `LoadedModel` for a model already in memory: its chat template, end-of-turn and thinking
+    tokens."""
+    from synth_ai.backend.ml import loading
+    from synth_ai.backend.ml.templates import training_template
+
+    template = _chat_template(tokenizer, path) or training_template(vision)
+    eos = [t for t in (loading.special_token_id(tokenizer, "<|im_end|>"),
+                       loading.special_token_id(tokenizer, "<|endoftext|>")) if t is not None]
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for token in (configured if isinstance(configured, list) else [configured]):
+        if isinstance(token, int) and token not in eos:
+            eos.append(token)
+    return LoadedModel(
+        model_id=model_id, path=path, model=model, tokenizer=tokenizer, template=template, vision=vision,
+        processor=processor, eos_ids=eos, think_open=loading.special_token_id(tokenizer, "<think>"),
+        think_close=loading.special_token_id(tokenizer, "</think>"),
+        image_pad=loading.special_token_id(tokenizer, "<|image_pad|>"), device=device)
+
+
 class InferenceEngine:
     def __init__(self, model_store: Any, *, max_loaded: int = 2) -> None:
         if max_loaded < 1:
@@ -67,6 +101,7 @@ class InferenceEngine:
         self._cache_lock = threading.Lock()
         self._load_locks: dict[str, threading.Lock] = {}
         self._generate_lock = threading.Lock()
+        self._pinned: dict[str, LoadedModel] = {}
 
     # Models -----------------------------------------------------------------------------------------------------
     def list_models(self) -> dict[str, Any]:
@@ -96,6 +131,8 @@ class InferenceEngine:
         """The loaded model for `model_id`, loading (and evicting the least recently used) when needed."""
         key = model_id.strip()
         with self._cache_lock:
+            if key in self._pinned:
+                return self._pinned[key]
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
@@ -125,7 +162,6 @@ class InferenceEngine:
     def _load(self, model_id: str) -> LoadedModel:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from synth_ai.backend.ml import loading
-        from synth_ai.backend.ml.templates import training_template
 
         path = self.store.resolve(model_id)
         card = loading.read_model_card(path)
@@ -152,29 +188,35 @@ class InferenceEngine:
         if vision:
             source = path if (path / "preprocessor_config.json").exists() else base_path
             processor = loading.build_processor(tokenizer, loading.load_image_processor(source))
-        template = _chat_template(tokenizer, path) or training_template(vision)
-        eos = [t for t in (loading.special_token_id(tokenizer, "<|im_end|>"),
-                           loading.special_token_id(tokenizer, "<|endoftext|>")) if t is not None]
-        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        for token in (configured if isinstance(configured, list) else [configured]):
-            if isinstance(token, int) and token not in eos:
-                eos.append(token)
-        return LoadedModel(
-            model_id=model_id, path=path, model=model, tokenizer=tokenizer, template=template, vision=vision,
-            processor=processor, eos_ids=eos, think_open=loading.special_token_id(tokenizer, "<think>"),
-            think_close=loading.special_token_id(tokenizer, "</think>"),
-            image_pad=loading.special_token_id(tokenizer, "<|image_pad|>"), device=where.device)
+        return describe_model(model_id, path, model, tokenizer, vision=vision, processor=processor,
+                              device=where.device)
+
+    def pin(self, loaded: LoadedModel) -> None:
+        """Serve an in-memory model (e.g. the RL trainer's live policy) under `loaded.model_id`; it is never
+        reloaded from disk, and sees every weight update made to it in place."""
+        with self._cache_lock:
+            self._pinned[loaded.model_id] = loaded
 
     # Chat completions -------------------------------------------------------------------------------------------
     def chat_completion(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self._chat(request, record=False)[0]
+
+    def chat_completion_with_tokens(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[SampledTokens]]:
+        """The completion and, per choice, exactly what was sampled: prompt token ids (and image tensors),
+        completion token ids (the end-of-turn token included when it was sampled) and each token's log-prob
+        under the sampling distribution (temperature, top-p and top-k applied). RL trains on these, never on
+        re-tokenised text."""
+        return self._chat(request, record=True)
+
+    def _chat(self, request: dict[str, Any], *, record: bool) -> tuple[dict[str, Any], list[SampledTokens]]:
         params = _validate(request)
         loaded = self.get(params["model"])
         messages, images = _prepare_messages(params["messages"], loaded)
         with self._generate_lock:
-            return self._complete(loaded, params, messages, images)
+            return self._complete(loaded, params, messages, images, record=record)
 
     def _complete(self, loaded: LoadedModel, params: dict[str, Any], messages: list[dict[str, Any]],
-                  images: list[Any]) -> dict[str, Any]:
+                  images: list[Any], *, record: bool = False) -> tuple[dict[str, Any], list[SampledTokens]]:
         import torch
 
         tokenizer = loaded.tokenizer
@@ -231,18 +273,30 @@ class InferenceEngine:
 
             gen["logits_processor"] = LogitsProcessorList(
                 [_thinking_budget_processor(loaded.think_open, loaded.think_close, budget, prompt_len)])
+        if record:
+            gen.update(output_scores=True, return_dict_in_generate=True)
         seed = params["seed"]
         with _seeded(seed):
             with torch.inference_mode():
                 output = loaded.model.generate(**inputs, **gen)
-        rows = output[:, prompt_len:].tolist()
+        sequences = output.sequences if record else output
+        rows = sequences[:, prompt_len:].tolist()
+        row_logprobs = _sampled_logprobs(output.scores, sequences[:, prompt_len:]) if record else []
         if greedy and n > 1:
-            rows = rows * n
+            rows, row_logprobs = rows * n, row_logprobs * n
 
-        choices, completion_tokens = [], 0
+        choices, completion_tokens, sampled = [], 0, []
         for index, row in enumerate(rows):
             used, hit_eos = _until_eos(row, loaded.eos_ids)
             completion_tokens += len(used)
+            if record:
+                kept = len(used) + (1 if hit_eos else 0)  # the end-of-turn token was sampled too: it trains
+                sampled.append(SampledTokens(
+                    prompt_ids=inputs["input_ids"][0].tolist(), completion_ids=row[:kept],
+                    logprobs=row_logprobs[index][:kept], temperature=params["temperature"],
+                    vision_inputs={k: v.detach().cpu() for k, v in inputs.items()
+                                   if k in ("pixel_values", "image_grid_thw")},
+                    images=len(images)))
             text = prefix + tokenizer.decode(used, skip_special_tokens=True)
             text, stopped = apply_stop(text, params["stop"])
             message = parse_output(text, tools_enabled=bool(tools))
@@ -253,12 +307,14 @@ class InferenceEngine:
             else:
                 finish = "length"
             choices.append({"index": index, "message": message, "finish_reason": finish, "logprobs": None})
+            if record:
+                sampled[index].finish_reason = finish
         return {
             "id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion", "created": int(time.time()),
             "model": params["model"], "choices": choices,
             "usage": {"prompt_tokens": prompt_len, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_len + completion_tokens},
-        }
+        }, sampled
 
 
 # Request validation -------------------------------------------------------------------------------------------------
@@ -440,6 +496,19 @@ def _until_eos(row: list[int], eos_ids: list[int]) -> tuple[list[int], bool]:
     return row, False
 
 
+def _sampled_logprobs(scores: Any, tokens: Any) -> list[list[float]]:
+    """Per row, the log-prob of each generated token under the distribution it was drawn from: `generate`'s
+    `scores` are the logits after every processor and warper (temperature, top-k, top-p, thinking budget)."""
+    import torch
+
+    if not scores:
+        return [[] for _ in range(tokens.shape[0])]
+    steps = torch.stack([s.float() for s in scores], dim=1)  # [rows, steps, vocab]
+    picked = tokens[:, :steps.shape[1]].to(steps.device)
+    values = torch.log_softmax(steps, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+    return values.cpu().tolist()
+
+
 def _thinking_budget_processor(open_id: int, close_id: int, budget: int, prompt_len: int) -> Any:
     """Force `</think>` once a row has spent `budget` tokens inside an open think block."""
     import torch
@@ -515,4 +584,4 @@ def _epoch(stamp: Any) -> int:
         return 0
 
 
-__all__ = ["InferenceEngine", "LoadedModel", "NotFoundError"]
+__all__ = ["InferenceEngine", "LoadedModel", "NotFoundError", "SampledTokens", "describe_model"]

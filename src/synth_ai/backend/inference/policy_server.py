@@ -1,0 +1,232 @@
+"""Rollout engines: the OpenAI-compatible endpoint a task app calls during RL, recording what was sampled.
+
+The RL trainer talks to a `RolloutEngine` only: `start()` gives the chat-completions URL to hand to task apps,
+`take_calls(cid)` returns every LLM call made with `?cid=<cid>` on that URL (prompt ids, sampled ids, their
+log-probs), `sync_weights()` makes the trainer's latest weights the ones task apps see. A faster engine (vLLM)
+implements the same four methods and the trainer does not change.
+
+`LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process,
+answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat
+template, tool-call parsing and thinking budget as `/api/inference`), over the trainer's in-memory policy.
+With `weight_sync_interval = 1` it serves the training model itself; otherwise a copy, refreshed on `sync_weights`.
+
+Reproducibility: a request without `seed` gets one derived from the engine's seed, its cid and its call number
+within that cid, so the same job samples the same tokens whatever order concurrent rollouts arrive in.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel, SampledTokens
+from synth_ai.errors import InvalidInputError, NotFoundError
+
+log = logging.getLogger("synth_ai.backend.policy_server")
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class RecordedCall:
+    """One LLM call of one episode: the request as sent and, per choice, the sampled tokens."""
+
+    cid: str
+    index: int  # order within the cid (turn number)
+    request: dict[str, Any]
+    samples: list[SampledTokens]
+
+
+class RolloutEngine(Protocol):
+    def start(self) -> str: ...  # the chat-completions URL (without ?cid=)
+
+    def stop(self) -> None: ...
+
+    def sync_weights(self) -> None: ...
+
+    def take_calls(self, cid: str) -> list[RecordedCall]: ...
+
+
+class _NoStore:
+    """The policy server serves one pinned model; nothing is resolved from disk."""
+
+    def resolve(self, model_id: str) -> Any:
+        raise NotFoundError(f"Model {model_id!r} is not served here; this endpoint serves the policy being trained.")
+
+    def list_models(self) -> list[dict[str, Any]]:
+        return []
+
+
+class LocalPolicyServer:
+    def __init__(self, loaded: LoadedModel, *, seed: int = 0, share_weights: bool = True,
+                 max_images: int | None = None) -> None:
+        self.model_id = loaded.model_id
+        self.seed = seed
+        self.trainer_model = loaded.model
+        self.share_weights = share_weights
+        served = loaded if share_weights else _copy_loaded(loaded)
+        self.engine = InferenceEngine(_NoStore(), max_loaded=1)
+        self.engine.pin(served)
+        self.served = served
+        self._calls: dict[str, list[RecordedCall]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.requests = 0
+        self.max_images = max_images
+        self.images_dropped = 0
+
+    # RolloutEngine ------------------------------------------------------------------------------------------
+    def start(self) -> str:
+        if self._server is None:
+            handler = _handler_for(self)
+            self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            self._server.daemon_threads = True
+            self._thread = threading.Thread(target=self._server.serve_forever, name="policy-server", daemon=True)
+            self._thread.start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1/chat/completions"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def sync_weights(self) -> None:
+        if self.share_weights:
+            return  # the served model is the trained model
+        import torch
+
+        with self.engine._generate_lock, torch.no_grad():  # no generation sees half-copied weights
+            self.served.model.load_state_dict(self.trainer_model.state_dict())
+
+    def take_calls(self, cid: str) -> list[RecordedCall]:
+        with self._lock:
+            return sorted(self._calls.pop(cid, []), key=lambda c: c.index)
+
+    def drop_all(self) -> None:
+        with self._lock:
+            self._calls.clear()
+
+    # Serving ------------------------------------------------------------------------------------------------
+    def complete(self, body: dict[str, Any], cid: str | None) -> dict[str, Any]:
+        request = dict(body)
+        request["model"] = self.model_id  # task apps name the model as configured; this server has one policy
+        if self.max_images is not None:
+            request["messages"], dropped = _keep_last_images(request.get("messages"), self.max_images)
+            if dropped:
+                with self._lock:
+                    self.images_dropped += dropped
+        with self._lock:
+            index = len(self._calls[cid]) if cid else 0
+            if cid:  # reserve the slot now: turns of one episode are sequential, so the index is stable
+                self._calls[cid].append(RecordedCall(cid, index, request, []))
+                slot = self._calls[cid][-1]
+        if request.get("seed") is None:
+            request["seed"] = _derived_seed(self.seed, cid or f"anonymous-{self.requests}", index)
+        self.requests += 1
+        try:
+            completion, samples = self.engine.chat_completion_with_tokens(request)
+        except BaseException:
+            if cid:
+                with self._lock:
+                    if slot in self._calls.get(cid, []):
+                        self._calls[cid].remove(slot)
+            raise
+        if cid:
+            slot.samples = samples
+        completion["model"] = body.get("model") or self.model_id
+        return completion
+
+
+def _keep_last_images(messages: Any, limit: int) -> tuple[Any, int]:
+    """Messages with only the newest `limit` image parts kept (older ones removed); how many were dropped."""
+    from synth_ai.backend.ml.images import image_url_of
+
+    if not isinstance(messages, list):
+        return messages, 0
+    spots = [(i, j) for i, m in enumerate(messages) if isinstance(m, dict) and isinstance(m.get("content"), list)
+             for j, part in enumerate(m["content"]) if image_url_of(part) is not None]
+    drop = set(spots[:max(0, len(spots) - limit)])
+    if not drop:
+        return messages, 0
+    out = []
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            message = {**message, "content": [p for j, p in enumerate(message["content"]) if (i, j) not in drop]}
+        out.append(message)
+    return out, len(drop)
+
+
+def _derived_seed(seed: int, cid: str, index: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{cid}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def _copy_loaded(loaded: LoadedModel) -> LoadedModel:
+    clone = copy.copy(loaded)
+    clone.model = copy.deepcopy(loaded.model)
+    clone.model.eval()
+    for param in clone.model.parameters():
+        param.requires_grad_(False)
+    return clone
+
+
+def _handler_for(server: LocalPolicyServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            log.debug("policy server: " + format, *args)
+
+        def _send(self, status: int, doc: dict[str, Any]) -> None:
+            data = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            path = urlsplit(self.path).path.rstrip("/")
+            if path.endswith("/models"):
+                self._send(200, {"object": "list", "data": [{"id": server.model_id, "object": "model"}]})
+            elif path in ("", "/health"):
+                self._send(200, {"status": "ok", "model": server.model_id})
+            else:
+                self._send(404, _error("not_found", f"No route {path}"))
+
+        def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            parts = urlsplit(self.path)
+            if not parts.path.rstrip("/").endswith("/chat/completions"):
+                self._send(404, _error("not_found", f"No route {parts.path}; use /v1/chat/completions"))
+                return
+            cid = (parse_qs(parts.query).get("cid") or [None])[0]
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > MAX_BODY_BYTES:
+                    raise InvalidInputError(f"The request body is over {MAX_BODY_BYTES} bytes.")
+                body = json.loads(self.rfile.read(length) or b"null")
+                if not isinstance(body, dict):
+                    raise InvalidInputError("The body must be a JSON object (an OpenAI chat completion request).")
+                self._send(200, server.complete(body, cid))
+            except InvalidInputError as exc:
+                self._send(400, _error("invalid_request", exc.message))
+            except ValueError as exc:
+                self._send(400, _error("invalid_request", f"{type(exc).__name__}: {exc}"))
+            except Exception as exc:  # noqa: BLE001 - the task app gets a 500 it can report
+                log.exception("policy server failed")
+                self._send(500, _error("inference_error", f"{type(exc).__name__}: {exc}"))
+
+    return Handler
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}

@@ -1,0 +1,131 @@
+"""Pieces both trainers (SFT and RL) use: LoRA wrapping (projector trained in full on Qwen3-VL), saving the final
+model with its card, loading a policy from a base or fine-tuned id, and small helpers. torch/peft imported lazily."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from synth_ai.errors import InvalidInputError
+
+PROJECTOR_ALIASES = {"mm_projector", "projector", "merger", "visual.merger", "multi_modal_projector"}
+
+
+class NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+def lora_targets(model: Any, settings: Any, vision: bool) -> tuple[Any, list[str], str | None]:
+    """(target_modules, modules_to_save, exclude regex): the projector is trained in full, never LoRA'd."""
+    import re
+
+    import torch
+
+    projector = []
+    if vision:
+        for name, _module in model.named_modules():
+            if re.search(r"(^|\.)visual\.merger$", name) or re.search(r"(^|\.)deepstack_merger_list\.\d+$", name):
+                projector.append(name)
+    exclude = r".*(visual\.merger|deepstack_merger_list\.\d+)\..*" if projector else None
+    targets = settings.lora_targets
+    if targets == "all-linear":
+        names = set()
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
+                if exclude and re.fullmatch(exclude, name):
+                    continue
+                names.add(name.rsplit(".", 1)[-1])
+        return sorted(names), projector, exclude
+    wanted = [t for t in targets if t.lower() not in PROJECTOR_ALIASES]
+    if not wanted:
+        raise InvalidInputError("lora_target_modules names only the projector; add the layers to adapt "
+                                "(e.g. q_proj, v_proj) or use 'all-linear'.")
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    unknown = [t for t in wanted if t not in present and not any(n.endswith(t) for n, _ in model.named_modules())]
+    if unknown:
+        raise InvalidInputError(f"lora_target_modules {unknown} match no layer of {settings.base_model}.",
+                                hint="Use 'all-linear', or names such as q_proj, k_proj, v_proj, o_proj, "
+                                "gate_proj, up_proj, down_proj.")
+    return wanted, projector, exclude
+
+
+def wrap_lora(model: Any, settings: Any, vision: bool) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    targets, projector, exclude = lora_targets(model, settings, vision)
+    config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                        target_modules=targets, modules_to_save=projector or None, exclude_modules=exclude,
+                        bias="none", task_type="CAUSAL_LM")
+    with warnings.catch_warnings():  # peft asks transformers a deprecated question; nothing for a user to do
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        return get_peft_model(model, config)
+
+
+def save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, settings: Any, model_id: str,
+                summary: dict[str, Any]) -> None:
+    import json
+    import shutil
+    import tempfile
+
+    from synth_ai.backend.ml.loading import MODEL_CARD
+
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".final.", dir=final_dir.parent))
+    try:
+        model.save_pretrained(str(staging))  # LoRA: adapter files only; full: the whole model
+        tokenizer.save_pretrained(str(staging))
+        for extra in ("preprocessor_config.json", "generation_config.json", "chat_template.jinja"):
+            source = Path(base_path) / extra
+            if source.exists() and not (staging / extra).exists():
+                shutil.copy2(source, staging / extra)
+        card = {"kind": "fine_tuned", "model_id": model_id, "base_model": settings.base_model,
+                "job_id": settings.job_id, "training_kind": settings.mode, **summary,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (staging / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+        if final_dir.exists():
+            shutil.rmtree(final_dir)
+        os.replace(staging, final_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def load_policy(model_store: Any, model_id: str, where: Any) -> tuple[Any, Path, str, bool]:
+    """(model, folder with its tokenizer, root base model id, started from a LoRA fine-tune) for a base id or a
+    fine-tuned id of this backend. A LoRA fine-tune is applied to its base and merged."""
+    from synth_ai.backend.ml import loading
+
+    path = model_store.resolve(model_id)
+    card = loading.read_model_card(path)
+    root = str(card.get("base_model") or model_id) if card.get("kind") == "fine_tuned" else model_id
+    if card.get("kind") == "fine_tuned" and card.get("training_kind") == "lora":
+        from peft import PeftModel
+
+        base = loading.load_model(model_store.resolve(card["base_model"]), where)
+        with warnings.catch_warnings():  # a deprecation inside peft; nothing for a user to do
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            return PeftModel.from_pretrained(base, str(path)).merge_and_unload(), path, root, True
+    return loading.load_model(path, where), path, root, False
+
+
+def vision_base_folder(model_store: Any, path: Path) -> Path:
+    """The folder whose config says whether a model is Qwen3-VL (a LoRA adapter folder has no config)."""
+    from synth_ai.backend.ml import loading
+
+    card = loading.read_model_card(path)
+    if card.get("kind") == "fine_tuned" and card.get("training_kind") == "lora":
+        return Path(model_store.resolve(card["base_model"]))
+    return Path(path)

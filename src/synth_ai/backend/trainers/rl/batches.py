@@ -1,0 +1,89 @@
+"""Samples -> padded tensors, and the policy's log-probs of the sampled completion tokens.
+
+A row is prompt ids + completion ids exactly as sampled (never re-tokenised), right-padded; the loss mask covers
+the completion tokens only (thinking tokens and the end-of-turn token included, since the policy sampled them).
+The decoder runs once per micro-batch; the LM head and log-softmax run only on the positions that predict a
+completion token, at the sampling temperature, so the on-policy ratio is exactly the ratio of what was sampled.
+Rows with images (Qwen3-VL) go one per micro-batch with their `pixel_values` / `image_grid_thw`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from synth_ai.backend.trainers.rl.types import Sample
+
+
+def micro_batches(samples: list[Sample], size: int) -> list[list[Sample]]:
+    """Groups of at most `size` samples (rows with images alone), similar lengths together, in a fixed order."""
+    order = sorted(range(len(samples)), key=lambda i: (bool(samples[i].vision_inputs), samples[i].length, i))
+    out: list[list[Sample]] = []
+    current: list[Sample] = []
+    for i in order:
+        sample = samples[i]
+        if sample.vision_inputs:
+            out.append([sample])
+            continue
+        current.append(sample)
+        if len(current) >= size:
+            out.append(current)
+            current = []
+    if current:
+        out.append(current)
+    return out
+
+
+def collate(samples: list[Sample], pad_id: int, device: str) -> dict[str, Any]:
+    import torch
+
+    width = max(s.length for s in samples)
+    completion = max(len(s.completion_ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(samples), width), dtype=torch.long)
+    targets = torch.zeros((len(samples), completion), dtype=torch.long)
+    positions = torch.zeros((len(samples), completion), dtype=torch.long)  # where each target is predicted
+    old = torch.zeros((len(samples), completion), dtype=torch.float32)
+    mask = torch.zeros((len(samples), completion), dtype=torch.float32)
+    for row, s in enumerate(samples):
+        tokens = s.prompt_ids + s.completion_ids
+        ids[row, :len(tokens)] = torch.tensor(tokens)
+        attention[row, :len(tokens)] = 1
+        n = len(s.completion_ids)
+        targets[row, :n] = torch.tensor(s.completion_ids)
+        positions[row, :n] = torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + n)
+        old[row, :n] = torch.tensor(s.old_logprobs[:n], dtype=torch.float32)
+        mask[row, :n] = 1.0
+    batch = {"input_ids": ids, "attention_mask": attention, "targets": targets, "positions": positions,
+             "old_logprobs": old, "mask": mask,
+             "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+             "temperature": torch.tensor([s.temperature for s in samples], dtype=torch.float32)}
+    if len(samples) == 1 and samples[0].vision_inputs:
+        batch.update(samples[0].vision_inputs)
+    return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
+
+
+def completion_logprobs(decoder: Any, lm_head: Any, batch: dict[str, Any], *, image_pad: int | None = None,
+                        vision_dtype: Any = None, autocast: Any = None) -> Any:
+    """[rows, completion] log-probs of the target tokens under the model (0 where the mask is 0)."""
+    import torch
+
+    kwargs: dict[str, Any] = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                              "use_cache": False}
+    if "pixel_values" in batch:
+        kwargs["pixel_values"] = batch["pixel_values"].to(vision_dtype) if vision_dtype else batch["pixel_values"]
+        kwargs["image_grid_thw"] = batch["image_grid_thw"]
+        if image_pad is not None:
+            kwargs["mm_token_type_ids"] = (batch["input_ids"] == image_pad).to(torch.int32)
+    context = autocast if autocast is not None else torch.autocast("cpu", enabled=False)
+    with context:
+        hidden = decoder(**kwargs).last_hidden_state
+        selected = batch["mask"] > 0
+        rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1).expand_as(batch["positions"])
+        picked = hidden[rows[selected], batch["positions"][selected]]
+        logits = lm_head(picked).float()
+    temperature = batch["temperature"].unsqueeze(1).expand_as(batch["positions"])[selected]
+    logp = torch.log_softmax(logits / temperature.unsqueeze(1), dim=-1)
+    values = logp.gather(-1, batch["targets"][selected].unsqueeze(1)).squeeze(1)
+    out = torch.zeros_like(batch["old_logprobs"])
+    out[selected] = values
+    return out

@@ -1,0 +1,201 @@
+"""`run_rl`: the GSPO iteration loop (what a job worker calls for `kind = "rl"`).
+
+Per iteration: `batch_size` seeds x `group_size` rollouts against the task app through the rollout engine (the
+policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the recorded tokens, weight sync every
+`weight_sync_interval` iterations, evaluation every `[evaluation].every_n_iters`, a checkpoint every
+`checkpoint_interval`. Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
+`rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the job's terminal events
+belong to the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
+from synth_ai.backend.trainers.rl.settings import RLSettings, resolve_rl_settings
+from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
+from synth_ai.backend.trainers.rl.types import Rollout
+from synth_ai.backend.trainers.sft import TrainingCancelled
+from synth_ai.errors import InvalidInputError
+
+MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
+
+
+def iteration_jobs(settings: RLSettings, iteration: int) -> list[tuple[int, int, str]]:
+    """(seed, member, cid) of every rollout of `iteration`: new seeds each iteration, `group_size` per seed."""
+    first = iteration * settings.batch_size
+    return [(seed, g, f"{settings.job_id}-it{iteration}-s{seed}-g{g}")
+            for seed in range(first, first + settings.batch_size) for g in range(settings.group_size)]
+
+
+def environment_key_candidates(spec: dict[str, Any], data_dir: Path | None) -> list[str]:
+    """Keys to send the task app in X-API-Key: one given with the job first, then the backend's known keys
+    (`synth_ai.backend.auth.environment_keys`)."""
+    from synth_ai.backend.auth import environment_keys
+
+    given = [spec.get("environment_api_key"), (spec.get("data") or {}).get("environment_api_key")]
+    found = [k for k in given if isinstance(k, str) and k.strip()]
+    for key in environment_keys(data_dir):
+        if key not in found:
+            found.append(key)
+    return found
+
+
+def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: Any,
+           should_stop: Callable[[], bool]) -> dict[str, Any]:
+    settings = resolve_rl_settings(spec)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from synth_ai.backend.inference.policy_server import LocalPolicyServer
+    from synth_ai.backend.trainers.rl.rollouts import RolloutRunner, pick_environment_key
+
+    trainer = GSPOTrainer(settings, model_store, workdir)
+    state = trainer.resume(reporter)
+    history: list[dict[str, Any]] = state.get("history", [])
+    start = int(state.get("iteration", 0))
+    engine = LocalPolicyServer(trainer.served(), seed=settings.seed,
+                               share_weights=settings.weight_sync_interval == 1,
+                               max_images=settings.max_images_per_step)
+    data_dir = getattr(model_store, "data_dir", None)
+    api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
+    runner = RolloutRunner(settings, engine, api_key, should_stop)
+    reporter.event("rl.train.started",
+                   f"GSPO on {settings.model_id} ({settings.mode}) for {settings.iterations} iterations: "
+                   f"{settings.batch_size} seeds x {settings.group_size} rollouts, task app {settings.task_url} "
+                   f"({trainer.where.device}, {trainer.dtype_name}).",
+                   {"model": settings.model_id, "mode": settings.mode, "iterations": settings.iterations,
+                    "start_iteration": start, "batch_size": settings.batch_size, "group_size": settings.group_size,
+                    "learning_rate": settings.learning_rate, "epsilon_low": settings.epsilon_low,
+                    "epsilon_high": settings.epsilon_high, "kl_coef": settings.kl_coef,
+                    "weight_sync_interval": settings.weight_sync_interval, "concurrency": settings.concurrency,
+                    "task_url": settings.task_url, "policy_url": runner.policy_url, "device": trainer.where.device,
+                    "dtype": trainer.dtype_name, "trainable_params": trainer.trainable_count,
+                    "vision": trainer.vision, "seed": settings.seed})
+
+    failed_in_a_row = 0
+    last_eval: float | None = state.get("last_eval")
+    current = start
+    try:
+        for it in range(start, settings.iterations):
+            current = it
+            if should_stop():
+                _stop(trainer, reporter, it, start, history, last_eval)
+            if settings.eval_every and it % settings.eval_every == 0 and not (it == start and it > 0):
+                last_eval = _evaluate(runner, settings, reporter, it)
+            started = time.perf_counter()
+            rollouts = runner.run(iteration_jobs(settings, it), mode="rl")
+            rollout_s = time.perf_counter() - started
+            failed = [r for r in rollouts if not r.ok]
+            if failed:
+                _report_failures(reporter, it, failed, len(rollouts))
+            if len(failed) == len(rollouts):
+                failed_in_a_row += 1
+                if failed[0].error_kind in ("unreachable", "timeout") or failed_in_a_row >= MAX_FAILED_ITERATIONS:
+                    raise TaskAppUnavailable(f"every rollout of iteration {it} failed: {failed[0].error}")
+                continue
+            failed_in_a_row = 0
+            samples, counts = build_samples(rollouts)
+            t_train = time.perf_counter()
+            stats = trainer.train(samples) if samples else None
+            train_s = time.perf_counter() - t_train
+            if (it + 1) % settings.weight_sync_interval == 0:
+                engine.sync_weights()
+            record = _iteration_record(it, rollouts, counts, stats, rollout_s, train_s)
+            history.append(record)
+            _report_step(reporter, settings, record)
+            done = it + 1
+            if done % settings.checkpoint_interval == 0 and done != settings.iterations:
+                path = trainer.checkpoint(done, history, last_eval)
+                reporter.event("rl.checkpoint.saved", f"Checkpoint saved after iteration {done}.",
+                               {"iteration": done, "path": str(path)})
+        if settings.eval_every:
+            last_eval = _evaluate(runner, settings, reporter, settings.iterations)
+    except RolloutsStopped:
+        _stop(trainer, reporter, current, start, history, last_eval)
+    finally:
+        engine.stop()
+
+    fine_tuned = trainer.save_final(history, last_eval)
+    rewards = [h["reward_mean"] for h in history if h.get("reward_mean") is not None]
+    summary = {"iterations": settings.iterations, "reward_first": rewards[0] if rewards else None,
+               "reward_last": rewards[-1] if rewards else None, "eval_mean_return": last_eval}
+    reporter.event("rl.train.completed", f"GSPO finished: {fine_tuned}", {"fine_tuned_model": fine_tuned, **summary,
+                   "reward_curve": [round(r, 4) for r in rewards]})
+    return {"fine_tuned_model": fine_tuned, "mode": settings.mode, **summary}
+
+
+def _stop(trainer: Any, reporter: Any, it: int, start: int, history: list[dict[str, Any]],
+          last_eval: float | None) -> None:
+    path = trainer.checkpoint(it, history, last_eval) if it > start else None
+    reporter.event("rl.train.stopped", f"Stopped before iteration {it} as asked; rollouts in flight were cancelled.",
+                   {"iteration": it, "checkpoint": str(path) if path else None}, level="warning")
+    raise TrainingCancelled(it, path)
+
+
+def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int) -> float | None:
+    jobs = [(seed, 0, f"{settings.job_id}-eval{it}-s{seed}") for seed in settings.eval_seeds]
+    results = runner.run(jobs, mode="eval", extra_policy=settings.eval_policy_config)
+    ok = [r.reward for r in results if r.ok]
+    mean = sum(ok) / len(ok) if ok else None
+    if mean is not None:
+        reporter.metric("eval.mean_return", it, mean, phase="eval")
+    reporter.event("rl.eval.summary",
+                   f"iteration {it}: eval mean return {mean:.4f} on {len(ok)} seeds" if mean is not None
+                   else f"iteration {it}: every eval rollout failed",
+                   {"iteration": it, "mean_return": mean, "seeds": len(jobs), "errors": len(jobs) - len(ok),
+                    "returns": ok}, level="info" if mean is not None else "warning")
+    return mean
+
+
+def _report_failures(reporter: Any, it: int, failed: list[Rollout], total: int) -> None:
+    kinds: dict[str, int] = {}
+    for r in failed:
+        kinds[r.error_kind or "error"] = kinds.get(r.error_kind or "error", 0) + 1
+    reporter.event("rl.rollouts.failed",
+                   f"iteration {it}: {len(failed)} of {total} rollouts failed and were left out of training "
+                   f"({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}): {failed[0].error}",
+                   {"iteration": it, "failed": len(failed), "total": total, "by_kind": kinds,
+                    "first_error": failed[0].error}, level="warning")
+
+
+def _iteration_record(it: int, rollouts: list[Rollout], counts: dict[str, int], stats: Any, rollout_s: float,
+                      train_s: float) -> dict[str, Any]:
+    import statistics
+
+    rewards = [r.reward for r in rollouts if r.ok and r.reward is not None]
+    lengths = [len(s.completion_ids) for r in rollouts if r.ok for c in r.calls for s in c.samples]
+    return {"iteration": it, "reward_mean": statistics.fmean(rewards) if rewards else None,
+            "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+            "rollouts": len(rollouts), "errors": len(rollouts) - len(rewards),
+            "response_tokens_mean": statistics.fmean(lengths) if lengths else 0.0,
+            "rollouts_per_second": len(rollouts) / max(rollout_s, 1e-9), "rollout_s": round(rollout_s, 3),
+            "train_s": round(train_s, 3), **counts,
+            **({"loss": stats.loss, "clip_fraction": stats.clip_fraction, "kl": stats.kl, "ratio_mean":
+                stats.ratio_mean, "optimizer_steps": stats.steps} if stats else {})}
+
+
+def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any]) -> None:
+    it = record["iteration"]
+    names = {"reward.mean": "reward_mean", "reward.std": "reward_std", "loss": "loss",
+             "clip_fraction": "clip_fraction", "kl": "kl", "response_tokens.mean": "response_tokens_mean",
+             "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second"}
+    for metric, key in names.items():
+        if record.get(key) is not None:
+            reporter.metric(metric, it, record[key])
+    if it % settings.log_interval == 0 or it + 1 == settings.iterations:
+        reward = record.get("reward_mean")
+        reporter.event("rl.train.step",
+                       f"iteration {it + 1}/{settings.iterations}: reward {reward:.4f}"
+                       + (f", loss {record['loss']:.4f}" if record.get("loss") is not None else "")
+                       + f", {record['errors']} failed rollouts",
+                       {k: (round(v, 6) if isinstance(v, float) else v) for k, v in record.items()})
+
+
+__all__ = ["InvalidInputError", "run_rl"]

@@ -1,0 +1,157 @@
+"""Calling the task app: `/rollout` requests in the reference's shape (§5.3), concurrency, timeouts, retries, and
+the accounting of rollouts that fail.
+
+Each rollout gets its own correlation id; the policy URL handed to the task app is the rollout engine's
+chat-completions URL with `?cid=<id>`, so every LLM call of the episode is recorded under it. A rollout that cannot
+reach the app, times out, or gets a 5xx is retried (a fresh cid each attempt, the failed attempt's calls dropped);
+a 4xx or an answer that is not a rollout response is not retried. A rollout that still fails is excluded from
+training and counted, never scored 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from synth_ai.backend.trainers.rl.advantages import InvalidRollout, episode_reward
+from synth_ai.backend.trainers.rl.settings import RLSettings
+from synth_ai.backend.trainers.rl.types import Rollout
+from synth_ai.env.secrets import redact
+from synth_ai.taskapp.inference import with_cid
+
+RETRY_DELAYS_S = (0.5, 2.0, 5.0)
+STOP_POLL_S = 0.25
+
+
+class TaskAppUnavailable(RuntimeError):
+    """Every rollout of an iteration failed to reach the task app (after retries)."""
+
+
+def pick_environment_key(task_url: str, candidates: list[str], timeout: float = 10.0) -> str | None:
+    """The first candidate the task app accepts on `/task_info` (None when it needs none or none is known)."""
+    import httpx
+
+    if not candidates:
+        return None
+    with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+        for key in candidates:
+            try:
+                response = client.get(f"{task_url}/task_info", headers={"X-API-Key": key})
+            except httpx.HTTPError:
+                return candidates[0]  # unreachable now: the rollouts report it (with retries)
+            if response.status_code == 200:
+                return key
+    return candidates[0]
+
+
+def rollout_request(settings: RLSettings, *, seed: int, cid: str, policy_url: str, mode: str,
+                    extra_policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    policy = {**settings.policy_config, **(extra_policy or {})}
+    policy.update({"model": settings.label or settings.model_id, "inference_url": with_cid(policy_url, cid),
+                   "max_turns": settings.max_turns, "max_llm_calls": settings.max_turns})
+    if "timeout_s" not in policy:
+        policy["timeout_s"] = settings.rollout_timeout_s
+    return {
+        "run_id": cid,
+        "env": {"env_name": settings.env_name, "config": dict(settings.env_config), "seed": seed},
+        "policy": {"policy_name": settings.policy_name, "config": policy},
+        "ops": list(settings.ops) or ["agent", "env"] * settings.max_turns,
+        "record": {"trajectories": True, "logprobs": False, "value": False, "return_trace": False},
+        "on_done": "reset",
+        "safety": {"max_ops": 100000, "max_time_s": settings.rollout_timeout_s},
+        "mode": mode,
+    }
+
+
+class RolloutRunner:
+    def __init__(self, settings: RLSettings, engine: Any, api_key: str | None,
+                 should_stop: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.api_key = api_key
+        self.should_stop = should_stop
+        self.policy_url = engine.start()
+
+    def run(self, jobs: list[tuple[int, int, str]], *, mode: str, extra_policy: dict[str, Any] | None = None
+            ) -> list[Rollout]:
+        """Run (seed, index, cid) rollouts, at most `concurrency` at once; results in the order given."""
+        return asyncio.run(self._run_all(jobs, mode, extra_policy))
+
+    async def _run_all(self, jobs: list[tuple[int, int, str]], mode: str,
+                       extra_policy: dict[str, Any] | None) -> list[Rollout]:
+        import httpx
+
+        gate = asyncio.Semaphore(self.settings.concurrency)
+        headers = {"X-API-Key": self.api_key} if self.api_key else {}
+        limits = httpx.Limits(max_connections=self.settings.concurrency + 2)
+        async with httpx.AsyncClient(headers=headers, limits=limits, follow_redirects=False) as client:
+            tasks = [asyncio.create_task(self._one(client, gate, seed, index, cid, mode, extra_policy))
+                     for seed, index, cid in jobs]
+            pending = set(tasks)
+            while pending:
+                _done, pending = await asyncio.wait(pending, timeout=STOP_POLL_S)
+                if pending and self.should_stop():
+                    for task in pending:
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    raise RolloutsStopped()
+            return [task.result() for task in tasks]
+
+    async def _one(self, client: Any, gate: asyncio.Semaphore, seed: int, index: int, cid: str, mode: str,
+                   extra_policy: dict[str, Any] | None) -> Rollout:
+        import httpx
+
+        result = Rollout(seed=seed, index=index, cid=cid)
+        async with gate:
+            for attempt in range(self.settings.rollout_retries + 1):
+                attempt_cid = cid if attempt == 0 else f"{cid}-r{attempt}"
+                result.attempts = attempt + 1
+                body = rollout_request(self.settings, seed=seed, cid=attempt_cid, policy_url=self.policy_url,
+                                       mode=mode, extra_policy=extra_policy)
+                retry = False
+                try:
+                    response = await client.post(f"{self.settings.task_url}/rollout", json=body,
+                                                 timeout=httpx.Timeout(self.settings.rollout_timeout_s, connect=10.0))
+                except httpx.TimeoutException:
+                    result.error, result.error_kind, retry = (
+                        f"/rollout did not answer within {self.settings.rollout_timeout_s:g}s", "timeout", True)
+                except httpx.HTTPError as exc:
+                    result.error, result.error_kind, retry = (
+                        f"could not reach the task app at {self.settings.task_url}: {type(exc).__name__}: "
+                        f"{redact(str(exc)) or 'no detail'}", "unreachable", True)
+                else:
+                    result.error, result.error_kind, retry = self._read(result, response, attempt_cid)
+                calls = self.engine.take_calls(attempt_cid)
+                if result.error is None:
+                    result.calls = calls
+                    if not calls:
+                        result.error, result.error_kind = ("the task app never called the policy's inference_url "
+                                                           "(with its ?cid=)", "no_calls")
+                        result.reward = None
+                    return result
+                if not retry or attempt >= self.settings.rollout_retries or self.should_stop():
+                    break
+                await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+        result.reward = None
+        return result
+
+    def _read(self, result: Rollout, response: Any, cid: str) -> tuple[str | None, str | None, bool]:
+        if response.status_code >= 500 or response.status_code == 429:
+            return (f"/rollout answered HTTP {response.status_code}: {redact(response.text[:300])}", "http", True)
+        if response.status_code >= 400:
+            return (f"/rollout answered HTTP {response.status_code}: {redact(response.text[:300])}", "http", False)
+        try:
+            doc = response.json()
+            result.reward = episode_reward(doc, self.settings.rubric_weights)
+        except ValueError as exc:  # InvalidRollout is a ValueError; so is a body that is not JSON
+            detail = str(exc) if isinstance(exc, InvalidRollout) else \
+                f"not JSON: {redact(response.text[:200])!r}"
+            return (f"/rollout answered 200 with an invalid rollout response ({detail})", "invalid_response", False)
+        trajectories = doc.get("trajectories") if isinstance(doc, dict) else None
+        result.steps = sum(len(t.get("steps") or []) for t in trajectories or [] if isinstance(t, dict))
+        return None, None, False
+
+
+class RolloutsStopped(Exception):
+    """should_stop() answered True while rollouts were in flight; they were cancelled."""

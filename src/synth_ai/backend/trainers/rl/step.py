@@ -1,0 +1,232 @@
+"""The policy being trained: loading (full or LoRA, from a base or fine-tuned id), GSPO updates on recorded
+samples, checkpoints, and the final `rl:` model.
+
+Dropout stays off (the model is kept in eval mode): the log-probs computed for training must equal the ones
+recorded while sampling, so that the first update of an iteration is exactly on-policy (ratio 1).
+Optimiser steps per iteration: the samples are cut into micro-batches of `max_accumulated_minibatch` (all in one
+by default), and `gradient_accumulation_steps` micro-batches make one optimiser step. With the defaults that is one
+step per iteration, fully on-policy; later steps of an iteration are off-policy and GSPO's clip applies.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from synth_ai.backend.trainers.rl.advantages import group_advantages
+from synth_ai.backend.trainers.rl.settings import RLSettings
+from synth_ai.backend.trainers.rl.types import Rollout, Sample
+from synth_ai.errors import InvalidInputError
+
+DEFAULT_MICRO_BATCH = 64
+
+
+@dataclass
+class TrainStats:
+    loss: float
+    clip_fraction: float
+    kl: float
+    ratio_mean: float
+    steps: int
+    sequences: int
+    ref_kl: float | None = None
+
+
+def build_samples(rollouts: list[Rollout]) -> tuple[list[Sample], dict[str, int]]:
+    """Samples of every LLM call of every successful rollout in a group with reward variance, in a fixed order."""
+    groups: dict[int, list[Rollout]] = {}
+    for r in rollouts:
+        if r.ok:
+            groups.setdefault(r.seed, []).append(r)
+    samples: list[Sample] = []
+    zero_variance = 0
+    for seed in sorted(groups):
+        members = sorted(groups[seed], key=lambda r: r.index)
+        advantages = group_advantages([float(r.reward) for r in members])
+        if advantages is None:
+            zero_variance += 1
+            continue
+        for rollout, advantage in zip(members, advantages):
+            for call in rollout.calls:
+                for sampled in call.samples:
+                    if not sampled.completion_ids:
+                        continue
+                    samples.append(Sample(prompt_ids=list(sampled.prompt_ids),
+                                          completion_ids=list(sampled.completion_ids),
+                                          old_logprobs=list(sampled.logprobs), advantage=advantage,
+                                          temperature=sampled.temperature or 1.0,
+                                          vision_inputs=dict(sampled.vision_inputs), seed=seed,
+                                          rollout_index=rollout.index, turn=call.index))
+    return samples, {"groups": len(groups), "groups_zero_variance": zero_variance, "samples": len(samples)}
+
+
+class GSPOTrainer:
+    def __init__(self, settings: RLSettings, model_store: Any, workdir: Path) -> None:
+        import torch
+
+        from synth_ai.backend.ml import loading
+        from synth_ai.backend.trainers.common import load_policy, vision_base_folder, wrap_lora
+
+        self.settings = settings
+        self.store = model_store
+        self.workdir = workdir
+        path = model_store.resolve(settings.model_id)
+        base_folder = vision_base_folder(model_store, path)
+        self.tiny = loading.is_tiny_folder(base_folder)
+        loading.configure_threads(tiny=self.tiny)
+        self.vision = loading.is_vision_folder(base_folder)
+        where = loading.placement()
+        self.use_bf16 = where.device == "cuda" and where.dtype == torch.bfloat16
+        load_dtype = torch.bfloat16 if (self.use_bf16 and settings.mode == "lora") else torch.float32
+        self.where = loading.Placement(where.device, load_dtype)
+        self.dtype_name = "bf16" if self.use_bf16 else "fp32"
+        torch.manual_seed(settings.seed)
+        model, self.tokenizer_path, self.root_base, self.from_lora = load_policy(model_store, settings.model_id,
+                                                                                 self.where)
+        self.base_folder = base_folder
+        self.tokenizer = loading.load_tokenizer(self.tokenizer_path)
+        self.processor = None
+        if self.vision:
+            source = path if (Path(path) / "preprocessor_config.json").exists() else base_folder
+            self.processor = loading.build_processor(self.tokenizer, loading.load_image_processor(source))
+        self.reference = None
+        if settings.reference:
+            self.reference = copy.deepcopy(model).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+        if settings.mode == "lora":
+            model = wrap_lora(model, settings, self.vision)
+        model.eval()  # no dropout: see the module docstring
+        self.model = model
+        self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        self.trainable_count = sum(p.numel() for p in self.trainable.values())
+        self.decoder, self.lm_head = loading.core_parts(model)
+        self.optimizer = torch.optim.AdamW(list(self.trainable.values()), lr=settings.learning_rate,
+                                           betas=(0.9, 0.999), eps=1e-8, weight_decay=settings.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda _step: 1.0)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.image_pad = loading.special_token_id(self.tokenizer, "<|image_pad|>") if self.vision else None
+        self.vision_dtype = next(self.decoder.visual.parameters()).dtype if self.vision else None
+
+    def served(self) -> Any:
+        from synth_ai.backend.inference.engine import describe_model
+
+        return describe_model(self.settings.label or self.settings.model_id, Path(self.tokenizer_path), self.model,
+                              self.tokenizer, vision=self.vision, processor=self.processor,
+                              device=self.where.device)
+
+    # Updates --------------------------------------------------------------------------------------------------
+    def train(self, samples: list[Sample]) -> TrainStats:
+        import torch
+
+        from synth_ai.backend.trainers.common import NullContext
+        from synth_ai.backend.trainers.rl.batches import collate, completion_logprobs, micro_batches
+        from synth_ai.backend.trainers.rl.gspo import gspo_loss
+
+        s = self.settings
+        micro = micro_batches(samples, s.micro_batch or DEFAULT_MICRO_BATCH)
+        per_step = max(1, s.gradient_accumulation_steps)
+        steps = [micro[i:i + per_step] for i in range(0, len(micro), per_step)]
+        autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.use_bf16 else NullContext()
+        total_loss = clipped = 0.0
+        ratio_sum = kl_sum = ref_kl_sum = 0.0
+        sequences = 0
+        for group in steps:
+            count = sum(len(b) for b in group)
+            for part in group:
+                batch = collate(part, self.pad_id, self.where.device)
+                logp = completion_logprobs(self.decoder, self.lm_head, batch, image_pad=self.image_pad,
+                                           vision_dtype=self.vision_dtype, autocast=autocast)
+                ref = self._reference_logprobs(batch, autocast) if self.reference is not None else None
+                loss_sum, stats = gspo_loss(logp, batch["old_logprobs"], batch["mask"], batch["advantages"],
+                                            eps_low=s.epsilon_low, eps_high=s.epsilon_high, ref_logp=ref,
+                                            kl_coef=s.kl_coef)
+                (loss_sum / count).backward()
+                total_loss += float(loss_sum.detach())
+                clipped += stats.clipped
+                ratio_sum += stats.ratio_sum
+                kl_sum += stats.kl_sum
+                ref_kl_sum += stats.ref_kl_sum
+                sequences += stats.sequences
+            if s.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), s.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        n = max(1, sequences)
+        return TrainStats(loss=total_loss / n, clip_fraction=clipped / n, kl=kl_sum / n, ratio_mean=ratio_sum / n,
+                          steps=len(steps), sequences=sequences,
+                          ref_kl=ref_kl_sum / n if self.reference is not None else None)
+
+    def _reference_logprobs(self, batch: dict[str, Any], autocast: Any) -> Any:
+        import torch
+
+        from synth_ai.backend.ml import loading
+        from synth_ai.backend.trainers.rl.batches import completion_logprobs
+
+        decoder, lm_head = loading.core_parts(self.reference)
+        with torch.no_grad():
+            return completion_logprobs(decoder, lm_head, batch, image_pad=self.image_pad,
+                                       vision_dtype=self.vision_dtype, autocast=autocast)
+
+    # Checkpoints ----------------------------------------------------------------------------------------------
+    def checkpoint(self, iteration: int, history: list[dict[str, Any]], last_eval: float | None) -> Path:
+        from synth_ai.backend.trainers import checkpoints
+        from synth_ai.backend.trainers.common import jsonable
+
+        state = {"fingerprint": jsonable(self.settings.fingerprint()), "iteration": iteration,
+                 "history": jsonable(history), "last_eval": last_eval}
+        return checkpoints.save(self.workdir, iteration, trainable=self.trainable, optimizer=self.optimizer,
+                                scheduler=self.scheduler, state=state)
+
+    def resume(self, reporter: Any) -> dict[str, Any]:
+        """Load the newest checkpoint of this job, if any; returns its state ({} when starting fresh)."""
+        import torch
+
+        from synth_ai.backend.trainers import checkpoints
+        from synth_ai.backend.trainers.common import jsonable
+
+        folder = checkpoints.latest(self.workdir)
+        if folder is None:
+            return {}
+        saved = checkpoints.load(folder)
+        if saved["state"].get("fingerprint") != jsonable(self.settings.fingerprint()):
+            raise InvalidInputError(f"The checkpoint in {folder} was written with other settings; refusing to "
+                                    "resume from it.", hint="Delete the job's checkpoints folder to start over.")
+        missing = set(self.trainable) - set(saved["weights"])
+        if missing:
+            raise InvalidInputError(f"The checkpoint in {folder} lacks {len(missing)} trainable tensors.")
+        with torch.no_grad():
+            for name, param in self.trainable.items():
+                param.copy_(saved["weights"][name].to(param.device, param.dtype))
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        checkpoints.restore_rng(saved["rng"])
+        iteration = int(saved["state"]["iteration"])
+        reporter.event("rl.train.resumed", f"Resumed from the checkpoint after iteration {iteration}.",
+                       {"iteration": iteration, "checkpoint": str(folder)})
+        return saved["state"]
+
+    def save_final(self, history: list[dict[str, Any]], last_eval: float | None) -> str:
+        from synth_ai.backend.trainers.common import save_final
+
+        s = self.settings
+        model = self.model
+        mode = s.mode
+        if s.mode == "lora" and s.model_id != self.root_base:  # adapters over a fine-tune: save the whole model
+            model, mode = self.model.merge_and_unload(), "full"
+        fine_tuned = f"rl:{self.root_base}:{s.job_id}"
+        rewards = [h["reward_mean"] for h in history if h.get("reward_mean") is not None]
+        card_settings = SimpleNamespace(base_model=self.root_base, job_id=s.job_id, mode=mode)
+        final_dir = self.workdir / "final"
+        save_final(model, self.tokenizer, self.base_folder, final_dir, card_settings, fine_tuned,
+                   {"algorithm": "gspo", "source_model": s.model_id, "iterations": s.iterations,
+                    "reward_first": rewards[0] if rewards else None,
+                    "reward_last": rewards[-1] if rewards else None, "eval_mean_return": last_eval,
+                    "reward_curve": [round(r, 4) for r in rewards if not math.isnan(r)]})
+        self.store.register_fine_tuned(fine_tuned, self.root_base, s.job_id, final_dir)
+        return fine_tuned

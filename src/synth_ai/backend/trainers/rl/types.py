@@ -1,0 +1,45 @@
+"""What one RL iteration produces: rollouts (one episode each, with its LLM calls) and the samples GSPO trains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Rollout:
+    """One episode: seed `seed`, member `index` of its group; `reward` is None when it failed (never scored 0)."""
+
+    seed: int
+    index: int
+    cid: str
+    reward: float | None = None
+    error: str | None = None
+    error_kind: str | None = None  # timeout | unreachable | http | invalid_response | no_calls
+    calls: list[Any] = field(default_factory=list)  # policy_server.RecordedCall, in turn order
+    steps: int = 0
+    attempts: int = 0
+    images_dropped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.reward is not None
+
+
+@dataclass
+class Sample:
+    """One sampled completion of one LLM call: the unit the GSPO ratio is taken over (its tokens only)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]  # under the sampling policy, one per completion token
+    advantage: float
+    temperature: float = 1.0
+    vision_inputs: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    rollout_index: int = 0
+    turn: int = 0
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
