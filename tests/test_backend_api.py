@@ -226,14 +226,17 @@ def test_job_create_checks_the_payload(api, tmp_path):
     assert api.post("/learning/jobs", content=b"[1,2", headers={"Content-Type": "application/json"}).status_code == 422
 
 
-def test_rl_create_is_501_when_valid_and_400_when_not(api):
+def test_rl_create_refuses_a_dead_task_app_and_invalid_bodies(api):
+    from conftest import free_port
+
     body = {"job_type": "rl", "compute": {"gpu_type": "H100", "gpu_count": 1},
-            "data": {"endpoint_base_url": "http://127.0.0.1:8001/", "base_model": "Qwen/Qwen3-4B",
+            "data": {"endpoint_base_url": f"http://127.0.0.1:{free_port()}/", "base_model": "Qwen/Qwen3-4B",
                      "config": {"algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"}}},
             "tags": {"source": "train-cli"}}
     response = api.post("/rl/jobs", json=body, headers={"Idempotency-Key": "rl-1"})
-    assert response.status_code == 501
-    assert "RL training is not available on this backend yet" in response.json()["detail"]
+    assert response.status_code == 400  # valid, but nothing listens at the task URL: refused before any job
+    assert response.json()["error"]["code"] == "task_app_unreachable"
+    assert "cannot be reached" in response.json()["detail"]
     bad = api.post("/rl/jobs", json={**body, "data": {**body["data"], "base_model": "Qwen/Qwen3-32B"}})
     assert bad.status_code == 400 and "RL" in bad.json()["detail"]
     assert api.post("/rl/jobs", json={"job_type": "rl"}).status_code == 400
