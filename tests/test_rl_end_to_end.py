@@ -92,10 +92,18 @@ def test_our_client_trains_rl_to_succeeded(backend, color_app, tmp_path, monkeyp
     assert model.startswith("rl:")
     assert out.index("reward.mean = ") < out.index("Final status: succeeded")
     assert APP_KEY not in out + result.stderr and backend.key not in out + result.stderr
-    # the model is usable: listed by the backend
+    # the model is usable: listed by the backend, and training continues from it with --model ([model].source)
     with backend.client() as client:
         ids = {m["id"] for m in client.get("/learning/models").json()["data"]}
     assert model in ids
+    again = run_cli("--json", "train", "--type", "rl", "--config", str(small_config(tmp_path / "rl2.toml",
+                    iterations=1)), "--task-url", color_app, "--backend", backend.url, "--model", model,
+                    "--poll-interval", "0.5")
+    assert again.exit_code == 0, again.stdout + again.stderr
+    doc = again.json()
+    assert doc["status"] == "succeeded" and doc["job"]["model"] == model
+    assert doc["fine_tuned_model"].startswith("rl:") and doc["fine_tuned_model"] != model
+    assert "reward.mean" in doc["last_metrics"]
 
 
 @pytest.mark.skipif(not REF_CLI.exists(), reason="needs the synth-ai 0.2.17 reference venv (bench/reference_env.py)")
