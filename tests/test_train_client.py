@@ -286,10 +286,10 @@ def test_rl_path_verifies_checks_and_reaches_the_backend(backend: BackendProcess
     assert "Task app healthy" in result.stdout
     assert "Sharing ENVIRONMENT_API_KEY (sk_e…ef) with the backend, sealed" in result.stdout
     assert "Creating the job: POST" in result.stdout
-    # The backend probes the math app with the key it was given and creates the job; stop it (its 4B model is not
-    # here to train).
+    # The backend probes the math app with the key it was given and queues the job (--no-poll: the client prints its
+    # id and leaves); it is cancelled here (its 4B model is not here to train).
     assert result.exit_code == 0, result.stdout + result.stderr
-    assert "(polling disabled)" in result.stdout
+    assert "rljob_" in result.stdout and "(polling disabled)" in result.stdout
     assert ENV_KEY not in result.stdout + result.stderr
     job_id = result.stdout.split("Started job ", 1)[1].split()[0]
     run_cli("jobs", "cancel", job_id, "--kind", "rl", "--backend", backend.url)  # 409 if it already failed

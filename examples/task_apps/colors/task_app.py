@@ -7,9 +7,11 @@ samples usually differs (GSPO learns nothing from a group whose rewards are all 
 - 0.5 when the colour is the right one.
 A perfect answer ("The sky is blue.") scores 1.0.
 
-Env config: `things` (how many of the quiz's things the seeds cycle through, 1-10, default 2); the seed picks the
-thing (`seed % things`). Policy config: `model`, `inference_url` (required), `temperature` (1.0), `max_tokens`
-(12), `top_p`, `timeout_s` (60), `thinking_mode`, `thinking_budget`.
+Env config: `things` (how many of the quiz's things the seeds cycle through, 1-10; default 1: every seed asks
+about the sky); the seed picks the thing (`seed % things`). The tiny model barely conditions on the question, so
+more things make a much harder task for it.
+Policy config: `model`, `inference_url` (required), `temperature` (1.0), `max_tokens` (12), `top_p`, `timeout_s`
+(60), `thinking_mode`, `thinking_budget`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ TASK_ID = "color_quiz"
 # The order matters: seeds cycle through the first `things` entries.
 THINGS = (("sky", "blue"), ("grass", "green"), ("snow", "white"), ("sun", "yellow"), ("coal", "black"),
           ("blood", "red"), ("plum", "purple"), ("orange", "orange"), ("leaf", "green"), ("sea", "blue"))
-DEFAULT_THINGS = 2
+DEFAULT_THINGS = 1
 SHAPE = re.compile(r"^the ([a-z]+) is ([a-z]+)\.?$")
 REWARD_SHAPE, REWARD_THING, REWARD_COLOR = 0.2, 0.3, 0.5
 

@@ -6,6 +6,7 @@ reference client, an old client). Messages follow the reference's wording where 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from synth_ai.backend.errors import ApiError
@@ -108,10 +109,14 @@ def sft_file_ids(body: dict[str, Any]) -> tuple[str, list[str]]:
     return training.strip(), unique
 
 
-def check_sft_body(body: Any) -> dict[str, Any]:
+def check_sft_body(body: Any, *, known_fine_tuned: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """`known_fine_tuned(id)`: whether a fine-tuned id (`ft:`/`rl:`) is a model of this backend, which SFT may
+    continue from; any other fine-tuned id is refused as in the reference (a base model is required)."""
     if not isinstance(body, dict):
         raise _invalid("The request body must be a JSON object (the SFT job payload).")
-    model, _base = resolve_model_id(body.get("model"), mode="sft", allow_fine_tuned=False, field="model")
+    raw = body.get("model")
+    own = bool(known_fine_tuned and isinstance(raw, str) and raw.strip() and known_fine_tuned(raw.strip()))
+    model, _base = resolve_model_id(raw, mode="sft", allow_fine_tuned=own, field="model")
     clean = dict(body)
     clean["model"] = model
     clean["hyperparameters"] = check_hyperparameters(body.get("hyperparameters"))

@@ -29,7 +29,7 @@ from synth_ai.backend.worker import EXIT_INTERRUPTED, PARENT_ENV
 log = logging.getLogger("synth_ai.backend.scheduler")
 
 TICK_S = 0.5
-RESUMABLE_KINDS = frozenset({"sft"})
+RESUMABLE_KINDS = frozenset({"sft", "rl"})
 
 
 @dataclass

@@ -10,8 +10,9 @@ answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (
 template, tool-call parsing and thinking budget as `/api/inference`), over the trainer's in-memory policy.
 With `weight_sync_interval = 1` it serves the training model itself; otherwise a copy, refreshed on `sync_weights`.
 
-Reproducibility: a request without `seed` gets one derived from the engine's seed, its cid and its call number
-within that cid, so the same job samples the same tokens whatever order concurrent rollouts arrive in.
+Reproducibility: a request without `seed` gets one derived from the engine's seed, its cid (less the job's
+prefix) and its call number within that cid, so the same config samples the same tokens in every job, whatever
+order concurrent rollouts arrive in.
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ class _NoStore:
 
 class LocalPolicyServer:
     def __init__(self, loaded: LoadedModel, *, seed: int = 0, share_weights: bool = True,
-                 max_images: int | None = None) -> None:
+                 max_images: int | None = None, cid_prefix: str = "") -> None:
         self.model_id = loaded.model_id
         self.seed = seed
+        self.cid_prefix = cid_prefix  # left out of derived seeds: the same config samples alike in every job
         self.trainer_model = loaded.model
         self.share_weights = share_weights
         served = loaded if share_weights else _copy_loaded(loaded)
@@ -130,7 +132,8 @@ class LocalPolicyServer:
                 self._calls[cid].append(RecordedCall(cid, index, request, []))
                 slot = self._calls[cid][-1]
         if request.get("seed") is None:
-            request["seed"] = _derived_seed(self.seed, cid or f"anonymous-{self.requests}", index)
+            key = cid.removeprefix(self.cid_prefix) if cid else f"anonymous-{self.requests}"
+            request["seed"] = _derived_seed(self.seed, key, index)
         self.requests += 1
         try:
             completion, samples = self.engine.chat_completion_with_tokens(request)

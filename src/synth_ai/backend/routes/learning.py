@@ -76,7 +76,7 @@ def create_sft_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     replayed = replay(backend, request, body, "POST /learning/jobs")
     if replayed is not None:
         return replayed
-    clean = check_sft_body(body)
+    clean = check_sft_body(body, known_fine_tuned=lambda m: backend.model_store.fine_tuned_entry(m) is not None)
     _check_trainer_settings(clean)
     training, validation = sft_file_ids(clean)
     _check_file(backend, training, "training")

@@ -33,6 +33,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from dataclasses import replace as _dataclass_replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -263,7 +264,10 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     from synth_ai.backend.trainers import checkpoints
     from synth_ai.backend.trainers.sft_data import Encoder, PixelLoader, collate, epoch_batches, read_examples
 
-    base_path = model_store.resolve(settings.base_model)
+    from synth_ai.backend.trainers.common import load_policy, vision_base_folder
+
+    model_path = model_store.resolve(settings.base_model)  # a base model, or a fine-tune of this backend
+    base_path = vision_base_folder(model_store, model_path)
     tiny = loading.is_tiny_folder(base_path)
     threads = loading.configure_threads(tiny=tiny)
     vision = loading.is_vision_folder(base_path)
@@ -273,7 +277,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
         settings.notes.append("bf16 was requested but no CUDA GPU with bf16 support is present: training in fp32.")
 
     # Data ----------------------------------------------------------------------------------------------------------
-    tokenizer = loading.load_tokenizer(base_path)
+    tokenizer = loading.load_tokenizer(model_path)
     processor = None
     if vision:
         processor = loading.build_processor(tokenizer, loading.load_image_processor(base_path))
@@ -333,7 +337,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     # Model ---------------------------------------------------------------------------------------------------------
     torch.manual_seed(settings.seed)
     load_dtype = torch.bfloat16 if (use_bf16 and settings.mode == "lora") else torch.float32
-    model = loading.load_model(base_path, loading.Placement(where.device, load_dtype))
+    model, _, root_base, _ = load_policy(model_store, settings.base_model, loading.Placement(where.device, load_dtype))
     if settings.activation_checkpointing:
         # non-reentrant: gradients reach LoRA weights even though the (frozen) inputs need no grad
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
@@ -505,10 +509,14 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
 
     # Final model ---------------------------------------------------------------------------------------------------
     final_dir = workdir / "final"
-    fine_tuned = f"ft:{settings.base_model}:{settings.job_id}"
-    _save_final(model, tokenizer, base_path, final_dir, settings, fine_tuned,
+    fine_tuned = f"ft:{root_base}:{settings.job_id}"
+    final_model, card = model, settings
+    if root_base != settings.base_model:  # started from a fine-tune: the saved model (merged) names the root base
+        final_model = model.merge_and_unload() if settings.mode == "lora" else model
+        card = _dataclass_replace(settings, base_model=root_base, mode="full")
+    _save_final(final_model, tokenizer, base_path, final_dir, card, fine_tuned,
                 {"steps": total_steps, "train_loss_first": first_loss, "train_loss_final": last_loss})
-    model_store.register_fine_tuned(fine_tuned, settings.base_model, settings.job_id, final_dir)
+    model_store.register_fine_tuned(fine_tuned, root_base, settings.job_id, final_dir)
     return {"fine_tuned_model": fine_tuned, "checkpoint_dir": str(final_dir), "steps": total_steps,
             "train_loss_first": first_loss, "train_loss_final": last_loss,
             "val_loss_best": best[0] if best else None, "train_tokens": trained_tokens,

@@ -4,8 +4,8 @@ Per iteration: `batch_size` seeds x `group_size` rollouts against the task app t
 policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the recorded tokens, weight sync every
 `weight_sync_interval` iterations, evaluation every `[evaluation].every_n_iters`, a checkpoint every
 `checkpoint_interval`. Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
-`rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the job's terminal events
-belong to the worker.
+`rl.images.dropped`, `rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the
+job's terminal events belong to the worker.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from synth_ai.backend.trainers.rl.settings import RLSettings, resolve_rl_setting
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.backend.trainers.sft import TrainingCancelled
-from synth_ai.errors import InvalidInputError
 
 MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
 
@@ -62,7 +61,7 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     start = int(state.get("iteration", 0))
     engine = LocalPolicyServer(trainer.served(), seed=settings.seed,
                                share_weights=settings.weight_sync_interval == 1,
-                               max_images=settings.max_images_per_step)
+                               max_images=settings.max_images_per_step, cid_prefix=f"{settings.job_id}-")
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
     runner = RolloutRunner(settings, engine, api_key, should_stop)
@@ -87,11 +86,12 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
             current = it
             if should_stop():
                 _stop(trainer, reporter, it, start, history, last_eval)
-            if settings.eval_every and it % settings.eval_every == 0 and not (it == start and it > 0):
+            if settings.eval_every and it % settings.eval_every == 0:
                 last_eval = _evaluate(runner, settings, reporter, it)
             started = time.perf_counter()
             rollouts = runner.run(iteration_jobs(settings, it), mode="rl")
             rollout_s = time.perf_counter() - started
+            _report_dropped_images(reporter, engine, settings, it)
             failed = [r for r in rollouts if not r.ok]
             if failed:
                 _report_failures(reporter, it, failed, len(rollouts))
@@ -154,6 +154,17 @@ def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int) -> floa
     return mean
 
 
+def _report_dropped_images(reporter: Any, engine: Any, settings: RLSettings, it: int) -> None:
+    dropped = getattr(engine, "images_dropped", 0)
+    if dropped:
+        engine.images_dropped = 0
+        reporter.event("rl.images.dropped",
+                       f"iteration {it}: {dropped} image(s) beyond max_images_per_step="
+                       f"{settings.max_images_per_step} were dropped from policy prompts (oldest first).",
+                       {"iteration": it, "images_dropped": dropped,
+                        "max_images_per_step": settings.max_images_per_step}, level="warning")
+
+
 def _report_failures(reporter: Any, it: int, failed: list[Rollout], total: int) -> None:
     kinds: dict[str, int] = {}
     for r in failed:
@@ -162,7 +173,7 @@ def _report_failures(reporter: Any, it: int, failed: list[Rollout], total: int) 
                    f"iteration {it}: {len(failed)} of {total} rollouts failed and were left out of training "
                    f"({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}): {failed[0].error}",
                    {"iteration": it, "failed": len(failed), "total": total, "by_kind": kinds,
-                    "first_error": failed[0].error}, level="warning")
+                    "first_error": failed[0].error, "attempts": max(r.attempts for r in failed)}, level="warning")
 
 
 def _iteration_record(it: int, rollouts: list[Rollout], counts: dict[str, int], stats: Any, rollout_s: float,
@@ -178,14 +189,14 @@ def _iteration_record(it: int, rollouts: list[Rollout], counts: dict[str, int], 
             "rollouts_per_second": len(rollouts) / max(rollout_s, 1e-9), "rollout_s": round(rollout_s, 3),
             "train_s": round(train_s, 3), **counts,
             **({"loss": stats.loss, "clip_fraction": stats.clip_fraction, "kl": stats.kl, "ratio_mean":
-                stats.ratio_mean, "optimizer_steps": stats.steps} if stats else {})}
+                stats.ratio_mean, "optimizer_steps": stats.steps, "kl_ref": stats.ref_kl} if stats else {})}
 
 
 def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any]) -> None:
     it = record["iteration"]
     names = {"reward.mean": "reward_mean", "reward.std": "reward_std", "loss": "loss",
              "clip_fraction": "clip_fraction", "kl": "kl", "response_tokens.mean": "response_tokens_mean",
-             "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second"}
+             "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second", "kl_ref": "kl_ref"}
     for metric, key in names.items():
         if record.get(key) is not None:
             reporter.metric(metric, it, record[key])
@@ -198,4 +209,4 @@ def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any]) ->
                        {k: (round(v, 6) if isinstance(v, float) else v) for k, v in record.items()})
 
 
-__all__ = ["InvalidInputError", "run_rl"]
+__all__ = ["run_rl"]

@@ -126,8 +126,12 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
                 weights[key] = _float(f"[rubric.weights].{key}", rubric["weights"][key], low=0.0)
     eval_seeds: list[int] = []
     if evaluation:
-        seeds = evaluation.get("seeds") or []
-        eval_seeds = [int(s) for s in (seeds if isinstance(seeds, list) else [seeds])]
+        from synth_ai.config.fields import parse_seeds
+
+        try:
+            eval_seeds = parse_seeds(evaluation.get("seeds") or [])
+        except ValueError as exc:  # pydantic's error type is a ValueError
+            raise InvalidInputError(f"[evaluation].seeds: {exc}") from None
         if evaluation.get("instances"):
             eval_seeds = eval_seeds[: int(evaluation["instances"])]
     eval_policy = {k: evaluation[k] for k in ("thinking_mode", "thinking_budget") if evaluation.get(k) is not None}

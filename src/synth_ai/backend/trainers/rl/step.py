@@ -3,9 +3,10 @@ samples, checkpoints, and the final `rl:` model.
 
 Dropout stays off (the model is kept in eval mode): the log-probs computed for training must equal the ones
 recorded while sampling, so that the first update of an iteration is exactly on-policy (ratio 1).
-Optimiser steps per iteration: the samples are cut into micro-batches of `max_accumulated_minibatch` (all in one
-by default), and `gradient_accumulation_steps` micro-batches make one optimiser step. With the defaults that is one
-step per iteration, fully on-policy; later steps of an iteration are off-policy and GSPO's clip applies.
+Optimiser steps per iteration: one over all of the iteration's samples by default (fully on-policy: ratio 1). With
+`max_accumulated_minibatch = m`, each step takes m x `gradient_accumulation_steps` samples, run m at a time; steps
+after the first of an iteration are off-policy and GSPO's clip applies. Rows with images always run one per
+forward pass (their gradients still accumulate into the same step).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ class GSPOTrainer:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.image_pad = loading.special_token_id(self.tokenizer, "<|image_pad|>") if self.vision else None
         self.vision_dtype = next(self.decoder.visual.parameters()).dtype if self.vision else None
+        # Under bf16 autocast the training forward differs from the sampler's numerics by more than GSPO's tiny
+        # clip range; when the sampler holds the same weights, take the "old" log-probs from the training
+        # forward itself (before the update) so that the on-policy ratio is 1 there too.
+        self.recompute_old = self.use_bf16 and settings.weight_sync_interval == 1
 
     def served(self) -> Any:
         from synth_ai.backend.inference.engine import describe_model
@@ -128,10 +133,12 @@ class GSPOTrainer:
         from synth_ai.backend.trainers.rl.gspo import gspo_loss
 
         s = self.settings
-        micro = micro_batches(samples, s.micro_batch or DEFAULT_MICRO_BATCH)
-        per_step = max(1, s.gradient_accumulation_steps)
-        steps = [micro[i:i + per_step] for i in range(0, len(micro), per_step)]
+        per_step = s.micro_batch * max(1, s.gradient_accumulation_steps) if s.micro_batch else len(samples)
+        steps = [micro_batches(samples[i:i + per_step], s.micro_batch or DEFAULT_MICRO_BATCH)
+                 for i in range(0, len(samples), per_step)]
         autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.use_bf16 else NullContext()
+        if self.recompute_old:
+            self._recompute_old_logprobs(samples, autocast)
         total_loss = clipped = 0.0
         ratio_sum = kl_sum = ref_kl_sum = 0.0
         sequences = 0
@@ -161,6 +168,19 @@ class GSPOTrainer:
         return TrainStats(loss=total_loss / n, clip_fraction=clipped / n, kl=kl_sum / n, ratio_mean=ratio_sum / n,
                           steps=len(steps), sequences=sequences,
                           ref_kl=ref_kl_sum / n if self.reference is not None else None)
+
+    def _recompute_old_logprobs(self, samples: list[Sample], autocast: Any) -> None:
+        import torch
+
+        from synth_ai.backend.trainers.rl.batches import collate, completion_logprobs, micro_batches
+
+        with torch.no_grad():
+            for part in micro_batches(samples, self.settings.micro_batch or DEFAULT_MICRO_BATCH):
+                batch = collate(part, self.pad_id, self.where.device)
+                logp = completion_logprobs(self.decoder, self.lm_head, batch, image_pad=self.image_pad,
+                                           vision_dtype=self.vision_dtype, autocast=autocast).float().cpu()
+                for row, sample in enumerate(part):
+                    sample.old_logprobs = logp[row, :len(sample.completion_ids)].tolist()
 
     def _reference_logprobs(self, batch: dict[str, Any], autocast: Any) -> Any:
         import torch

@@ -1,0 +1,86 @@
+"""Helpers for the RL tests: the bundled color-quiz app (optionally slowed down or answering garbage), RL job
+bodies built from examples/configs/rl_tiny_local.toml, and `run_rl` in this process with a recording reporter."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from backend_support import TINY_TEXT, link_tiny
+from taskapp_support import REPO_ROOT
+
+CONFIG = REPO_ROOT / "examples" / "configs" / "rl_tiny_local.toml"
+
+
+def quiz_app(*, delay: float = 0.0, garbage: Any = None, seen: list[tuple[str, int]] | None = None) -> Any:
+    """The bundled color-quiz app, optionally slowed down, answering garbage for some seeds, or noting each
+    request's (mode, seed) in `seen`."""
+    from synth_ai.taskapp import create_task_app
+    from synth_ai.taskapp.discovery import load_task_app
+
+    base = load_task_app("color-quiz").config_factory()
+
+    async def rollout(request: Any, fastapi_request: Any = None) -> Any:
+        if seen is not None:
+            seen.append((str(request.mode.value if hasattr(request.mode, "value") else request.mode),
+                         request.env.seed))
+        if delay:
+            await asyncio.sleep(delay)
+        if garbage is not None and garbage(request.env.seed):
+            return {"hello": "world", "seed": request.env.seed}
+        return await base.rollout(request, fastapi_request)
+
+    return create_task_app(dataclasses.replace(base, rollout=rollout))
+
+
+def config(*, tables: dict[str, dict[str, Any]] | None = None, **training: Any) -> dict[str, Any]:
+    """The example config, small (2 seeds x 4 rollouts, no evaluation), `[training]` keys and whole tables
+    overridden."""
+    doc = tomllib.loads(CONFIG.read_text())
+    doc["training"].update({"batch_size": 2, "group_size": 4, "rollout_retries": 1, **training})
+    doc.pop("evaluation")
+    for name, values in (tables or {}).items():
+        doc.setdefault(name, {}).update(values)
+    return doc
+
+
+def rl_body(task_url: str, *, tables: dict[str, dict[str, Any]] | None = None, **training: Any) -> dict[str, Any]:
+    return {"job_type": "rl", "data": {"endpoint_base_url": task_url, "config": config(tables=tables, **training),
+                                        "base_model": TINY_TEXT}}
+
+
+class Recorder:
+    def __init__(self, on_event: Any = None) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.metrics: list[tuple[str, int, float]] = []
+        self.on_event = on_event
+
+    def event(self, type: str, message: str, data: dict[str, Any] | None = None, level: str = "info") -> None:  # noqa: A002
+        self.events.append({"type": type, "message": message, "data": data or {}, "level": level})
+        if self.on_event:
+            self.on_event(type)
+
+    def metric(self, name: str, step: int, value: float, phase: str = "train") -> None:
+        self.metrics.append((name, step, value))
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def series(self, name: str) -> list[float]:
+        return [v for n, _step, v in sorted(self.metrics, key=lambda m: m[1]) if n == name]
+
+
+def run_in_process(tmp_path: Path, tiny_text: list[Path], task_url: str, recorder: Recorder,
+                   should_stop: Any = None, tables: dict[str, dict[str, Any]] | None = None,
+                   **training: Any) -> dict[str, Any]:
+    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.trainers.rl import run_rl
+
+    data = tmp_path / "store"
+    link_tiny(data, tiny_text)
+    spec = {"job_id": "rljob_local", **rl_body(task_url, tables=tables, **training)}
+    return run_rl(spec, workdir=tmp_path / "work", model_store=ModelStore(data), reporter=recorder,
+                  should_stop=should_stop or (lambda: False))

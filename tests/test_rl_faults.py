@@ -1,0 +1,149 @@
+"""RL under faults, with real servers: cancel while rollouts are in flight, the backend killed mid-job (resumes
+from its checkpoint), a task app that dies mid-job (the job fails with the reason after retries), and a task app
+that answers garbage (a clear event, counted errors, no crash)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, wait_for
+from conftest import free_port
+from rl_support import Recorder, quiz_app, rl_body, run_in_process
+from taskapp_support import running_app, stop, subprocess_env, synth_ai_command, wait_for_health
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("torch")
+
+ENV_KEY = "sk_env_rl_faults_0123456789"
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+@pytest.fixture(scope="module")
+def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
+
+
+@pytest.fixture(autouse=True)
+def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    return ENV_KEY
+
+
+def events(api: Any, job_id: str) -> list[dict[str, Any]]:
+    return api.get(f"/rl/jobs/{job_id}/events", params={"since_seq": 0, "limit": 1000}).json()["events"]
+
+
+def status(api: Any, job_id: str) -> str:
+    return api.get(f"/rl/jobs/{job_id}").json()["status"]
+
+
+def test_cancel_while_rollouts_are_in_flight(tmp_path: Path, tiny_text: list[Path]):
+    data = tmp_path / "data"
+    link_tiny(data, tiny_text)
+    backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
+    try:
+        with running_app(quiz_app(delay=1.0)) as app, backend.client() as api:
+            job_id = api.post("/rl/jobs", json=rl_body(app, iterations_per_epoch=500)).json()["id"]
+            wait_for(lambda: any(e["type"] == "rl.train.step" for e in events(api, job_id)), timeout=180,
+                     what="a first iteration")
+            answer = api.post(f"/rl/jobs/{job_id}/cancel")
+            assert answer.status_code == 200
+            wait_for(lambda: status(api, job_id) in TERMINAL, timeout=60, what="the cancel")
+            log = events(api, job_id)
+            assert status(api, job_id) == "cancelled"
+            stopped = next(e for e in log if e["type"] == "rl.train.stopped")
+            assert "rollouts in flight were cancelled" in stopped["message"]
+            assert stopped["data"]["iteration"] >= 1
+            assert log[-1]["type"] == "rl.job.cancelled"
+            assert not any(e["type"] in ("rl.train.completed", "rl.job.completed") for e in log)
+            assert api.get(f"/rl/jobs/{job_id}").json()["fine_tuned_model"] is None
+    finally:
+        backend.stop()
+
+
+def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny_text: list[Path]):
+    data = tmp_path / "data"
+    link_tiny(data, tiny_text)
+    env = {"ENVIRONMENT_API_KEY": ENV_KEY}
+    with running_app(quiz_app(delay=0.3)) as app:
+        first = BackendProcess(data, env=env).start()
+        try:
+            with first.client() as api:
+                job_id = api.post("/rl/jobs", json=rl_body(app, iterations_per_epoch=6, checkpoint_interval=2)
+                                  ).json()["id"]
+                wait_for(lambda: any(e["type"] == "rl.checkpoint.saved" for e in events(api, job_id)),
+                         timeout=180, what="a checkpoint")
+        finally:
+            first.kill(signal.SIGKILL)
+        second = BackendProcess(data, env=env).start()
+        try:
+            with second.client() as api:
+                wait_for(lambda: status(api, job_id) in TERMINAL, timeout=240, interval=0.5,
+                         what="the resumed job")
+                job = api.get(f"/rl/jobs/{job_id}").json()
+                log = events(api, job_id)
+                assert job["status"] == "succeeded", (job, log[-5:])
+                assert job["attempts"] == 2
+                types = [e["type"] for e in log]
+                assert "rl.job.requeued" in types
+                resumed = next(e for e in log if e["type"] == "rl.train.resumed")
+                assert resumed["data"]["iteration"] >= 2
+                points = api.get(f"/rl/jobs/{job_id}/metrics", params={"name": "reward.mean", "limit": 100}
+                                 ).json()["points"]
+                assert {p["step"] for p in points} == set(range(6))  # no hole where the kill happened
+                assert job["fine_tuned_model"] == f"rl:{TINY_TEXT}:{job_id}"
+        finally:
+            second.stop()
+
+
+def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_after_retries(tmp_path: Path,
+                                                                             tiny_text: list[Path]):
+    from synth_ai.backend.trainers.rl.rollouts import TaskAppUnavailable
+
+    port = free_port()
+    app = subprocess.Popen([*synth_ai_command(), "serve", "color-quiz", "--port", str(port)], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                           env=subprocess_env(ENVIRONMENT_API_KEY=ENV_KEY))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_health(url, ENV_KEY, process=app)
+        recorder = Recorder(on_event=lambda kind: stop(app) if kind == "rl.train.step" else None)
+        with pytest.raises(TaskAppUnavailable) as info:
+            run_in_process(tmp_path, tiny_text, url, recorder, iterations_per_epoch=4)
+    finally:
+        stop(app)
+    assert "every rollout of iteration 1 failed" in str(info.value)
+    assert "could not reach the task app" in str(info.value)
+    failed = recorder.of("rl.rollouts.failed")[0]
+    assert failed["data"]["by_kind"] == {"unreachable": 8} and failed["data"]["attempts"] == 2  # retried once
+    assert len(recorder.of("rl.train.step")) == 1 and not recorder.of("rl.train.completed")
+
+
+def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tmp_path: Path,
+                                                                              tiny_text: list[Path]):
+    with running_app(quiz_app(garbage=lambda seed: seed % 2 == 1)) as app:  # every other seed's group
+        recorder = Recorder()
+        result = run_in_process(tmp_path / "half", tiny_text, app, recorder, iterations_per_epoch=2)
+    assert result["fine_tuned_model"] == "rl:synth-ai/tiny-qwen3:rljob_local"
+    failures = recorder.of("rl.rollouts.failed")
+    assert len(failures) == 2 and all(f["data"]["by_kind"] == {"invalid_response": 4} for f in failures)
+    assert "invalid rollout response" in failures[0]["message"] and failures[0]["level"] == "warning"
+    errors = [v for name, _step, v in recorder.metrics if name == "rollouts.errors"]
+    assert errors == [4, 4]
+    steps = recorder.of("rl.train.step")
+    assert all(s["data"]["groups"] == 1 for s in steps)  # the garbage group is left out, never scored 0
+
+    from synth_ai.backend.trainers.rl.rollouts import TaskAppUnavailable
+
+    with running_app(quiz_app(garbage=lambda seed: True)) as app:
+        recorder = Recorder()
+        with pytest.raises(TaskAppUnavailable) as info:
+            run_in_process(tmp_path / "all", tiny_text, app, recorder, iterations_per_epoch=5)
+    assert "every rollout of iteration 2 failed" in str(info.value)
+    assert "invalid rollout response" in str(info.value)
+    assert len(recorder.of("rl.rollouts.failed")) == 3 and not recorder.of("rl.train.step")
