@@ -1,6 +1,6 @@
 """RL under faults, with real servers: cancel while rollouts are in flight, the backend killed mid-job (resumes
 from its checkpoint), a task app that dies mid-job (the job fails with the reason after retries), and a task app
-that answers garbage (a clear event, counted errors, no crash)."""
+that answers garbage (a clear event, counted errors, no crash), and one that refuses the backend's key."""
 
 from __future__ import annotations
 
@@ -147,3 +147,36 @@ def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tm
     assert "every rollout of iteration 2 failed" in str(info.value)
     assert "invalid rollout response" in str(info.value)
     assert len(recorder.of("rl.rollouts.failed")) == 3 and not recorder.of("rl.train.step")
+
+
+def test_the_environment_key_is_the_one_the_task_app_accepts_and_a_refusal_is_clear():
+    from synth_ai.backend.trainers.rl.rollouts import pick_environment_key
+    from synth_ai.errors import InvalidInputError
+
+    with running_app(quiz_app()) as app:
+        assert pick_environment_key(app, ["sk_env_wrong_one_000000", ENV_KEY]) == ENV_KEY
+        with pytest.raises(InvalidInputError) as info:
+            pick_environment_key(app, ["sk_env_wrong_one_000000", "sk_env_wrong_two_000000"])
+    assert "refused every ENVIRONMENT_API_KEY this backend knows (2)" in info.value.message
+    assert "setup --local" in info.value.hint
+    assert ENV_KEY[:10] not in str(info.value) + info.value.hint  # the app's key fragments are not repeated
+
+
+def test_a_job_whose_task_app_refuses_the_key_fails_with_the_reason_and_the_fix(tmp_path: Path,
+                                                                               tiny_text: list[Path]):
+    data = tmp_path / "data"
+    link_tiny(data, tiny_text)
+    backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": "sk_env_not_the_apps_key_00000"}).start()
+    try:
+        with running_app(quiz_app()) as app, backend.client() as api:
+            job_id = api.post("/rl/jobs", json=rl_body(app, iterations_per_epoch=2)).json()["id"]
+            wait_for(lambda: status(api, job_id) in TERMINAL, timeout=120, what="the job to fail")
+            job = api.get(f"/rl/jobs/{job_id}").json()
+            assert job["status"] == "failed"
+            assert "refused every ENVIRONMENT_API_KEY this backend knows" in job["error"]
+            assert "Hint:" in job["error"] and "setup --local" in job["error"]
+            last = events(api, job_id)[-1]
+            assert last["type"] == "rl.job.failed" and last["data"]["reason"] == job["error"]
+            assert "sk_env_not_the_apps_key" not in job["error"] and ENV_KEY[:10] not in job["error"]
+    finally:
+        backend.stop()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -102,11 +101,9 @@ def test_gspo_learns_color_quiz_and_the_rl_model_is_usable(tmp_path: Path, tiny_
             assert ENV_KEY not in json.dumps(events)
 
             # the rl: model answers at the inference endpoint, better than the model it started from
-            sys.path.insert(0, str(REPO_ROOT / "examples" / "task_apps" / "colors"))
-            try:
-                from task_app import grade
-            finally:
-                sys.path.pop(0)
+            from synth_ai.taskapp.discovery import find_task_app, import_app_module
+
+            grade = import_app_module(find_task_app("color-quiz").path).grade
 
             def greedy(model_id: str) -> float:
                 answer = api.post("/inference/v1/chat/completions", json={

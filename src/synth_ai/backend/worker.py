@@ -215,6 +215,9 @@ def run(job_id: str) -> int:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
+    hint = getattr(exc, "hint", None)  # a SynthError's fix belongs with the reason (the job log shows only this)
+    if isinstance(hint, str) and hint.strip() and hint.strip() not in text:
+        text = f"{text} Hint: {hint.strip()}"
     if isinstance(exc, ModuleNotFoundError):
         text = (f"a dependency of the trainer is not installed ({exc.name}); install the training extra: "
                 "pip install 'synth-ai[train]'")

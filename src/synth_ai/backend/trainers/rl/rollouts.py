@@ -18,6 +18,7 @@ from synth_ai.backend.trainers.rl.advantages import InvalidRollout, episode_rewa
 from synth_ai.backend.trainers.rl.settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.env.secrets import redact
+from synth_ai.errors import InvalidInputError
 from synth_ai.taskapp.inference import with_cid
 
 RETRY_DELAYS_S = (0.5, 2.0, 5.0)
@@ -29,20 +30,41 @@ class TaskAppUnavailable(RuntimeError):
 
 
 def pick_environment_key(task_url: str, candidates: list[str], timeout: float = 10.0) -> str | None:
-    """The first candidate the task app accepts on `/task_info` (None when it needs none or none is known)."""
+    """The first candidate the task app accepts on `/task_info`. Raises when it refuses every one (an auth answer,
+    not an outage: the rollouts would all fail the same way). None when no key is known."""
     import httpx
 
-    if not candidates:
-        return None
+    refused = 0
     with httpx.Client(timeout=timeout, follow_redirects=False) as client:
         for key in candidates:
             try:
                 response = client.get(f"{task_url}/task_info", headers={"X-API-Key": key})
             except httpx.HTTPError:
-                return candidates[0]  # unreachable now: the rollouts report it (with retries)
+                return key  # unreachable now: the rollouts report it (with retries)
             if response.status_code == 200:
                 return key
-    return candidates[0]
+            if not _is_auth_refusal(response):
+                return key  # some other trouble: the rollouts will say what
+            refused += 1
+    if candidates and refused == len(candidates):
+        raise InvalidInputError(
+            f"The task app at {task_url} refused every ENVIRONMENT_API_KEY this backend knows ({refused}).",
+            hint="Give the task app and the backend the same key: `synth-ai setup --local`, or set "
+                 "ENVIRONMENT_API_KEY for both.")
+    return candidates[0] if candidates else None
+
+
+def _is_auth_refusal(response: Any) -> bool:
+    """401/403, or the reference's 400 with error code `unauthorised`."""
+    if response.status_code in (401, 403):
+        return True
+    if response.status_code != 400:
+        return False
+    try:
+        detail = response.json().get("detail")
+        return isinstance(detail, dict) and (detail.get("error") or {}).get("code") in ("unauthorised", "unauthorized")
+    except (ValueError, AttributeError):
+        return False
 
 
 def rollout_request(settings: RLSettings, *, seed: int, cid: str, policy_url: str, mode: str,
@@ -139,6 +161,9 @@ class RolloutRunner:
     def _read(self, result: Rollout, response: Any, cid: str) -> tuple[str | None, str | None, bool]:
         if response.status_code >= 500 or response.status_code == 429:
             return (f"/rollout answered HTTP {response.status_code}: {redact(response.text[:300])}", "http", True)
+        if _is_auth_refusal(response):  # its body may list key fragments: not repeated in events
+            return (f"/rollout answered HTTP {response.status_code}: the task app refused the ENVIRONMENT_API_KEY",
+                    "http", False)
         if response.status_code >= 400:
             return (f"/rollout answered HTTP {response.status_code}: {redact(response.text[:300])}", "http", False)
         try:
