@@ -226,12 +226,24 @@ def test_job_create_checks_the_payload(api, tmp_path):
     assert api.post("/learning/jobs", content=b"[1,2", headers={"Content-Type": "application/json"}).status_code == 422
 
 
-def test_rl_create_queues_when_valid_and_is_400_when_not(api):
+def test_rl_create_queues_when_valid_and_refuses_a_dead_task_app_or_a_bad_body(api, monkeypatch):
+    from conftest import free_port
+    from taskapp_support import math_entry
+
+    from synth_ai.taskapp import create_task_app
+
     body = {"job_type": "rl", "compute": {"gpu_type": "H100", "gpu_count": 1},
-            "data": {"endpoint_base_url": "http://127.0.0.1:8001/", "base_model": "Qwen/Qwen3-4B",
+            "data": {"endpoint_base_url": f"http://127.0.0.1:{free_port()}/", "base_model": "Qwen/Qwen3-4B",
                      "config": {"algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"}}},
             "tags": {"source": "train-cli"}}
-    response = api.post("/rl/jobs", json=body, headers={"Idempotency-Key": "rl-1"})
+    dead = api.post("/rl/jobs", json=body, headers={"Idempotency-Key": "rl-0"})
+    assert dead.status_code == 400  # valid, but nothing listens at the task URL: refused before any job
+    assert dead.json()["error"]["code"] == "task_app_unreachable"
+    assert "cannot be reached" in dead.json()["detail"]
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)  # the key the backend was started with
+    with running_app(create_task_app(math_entry().config_factory())) as base:
+        body["data"]["endpoint_base_url"] = base
+        response = api.post("/rl/jobs", json=body, headers={"Idempotency-Key": "rl-1"})
     assert response.status_code == 201, response.text  # RL jobs start on create (the GSPO trainer runs them)
     assert response.json()["status"] in {"queued", "running", "failed"}
     assert response.json()["id"].startswith("rljob_")

@@ -102,3 +102,17 @@ def test_rollout_counts_only_numeric_rewards(bench_path: None) -> None:
     assert rollout.reward_of({"trajectories": [{"steps": [{"reward": None}]}]}) is None
     assert rollout.reward_of({"detail": "boom"}) is None
     assert rollout.percentile([0.3, 0.1, 0.2], 0.5) == 0.2
+
+
+def test_rl_step_config_is_what_the_trainer_reads(bench_path: None) -> None:
+    """The bench's RL config sets what it claims (batch, group, clip range, one step per iteration)."""
+    import rl_step
+
+    from synth_ai.backend.trainers.rl.settings import resolve_rl_settings
+
+    settings = resolve_rl_settings({"data": {"endpoint_base_url": "http://127.0.0.1:1", "base_model": rl_step.MODEL_ID,
+                                             "config": rl_step.rl_config(5, 4, 8, 2)}})
+    assert (settings.iterations, settings.batch_size, settings.group_size) == (5, 4, 8)
+    assert (settings.epsilon_low, settings.epsilon_high) == (3e-4, 4e-4)
+    assert settings.learning_rate == 1e-3 and settings.kl_coef == 0 and settings.gradient_accumulation_steps == 1
+    assert settings.policy_config["max_tokens"] == 12 and settings.env_config == {"things": 2}

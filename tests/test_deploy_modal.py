@@ -266,6 +266,29 @@ def test_deploy_saves_url_to_env_file(cli, isolated_home: Path, tmp_path: Path) 
     assert SECRET not in result.stdout + result.stderr
 
 
+def test_deploy_shares_the_key_with_the_running_backend_after_success(cli, isolated_home: Path, tmp_path: Path) -> None:
+    """After Modal reports success, the app's key goes (sealed) to the embedded backend running on this machine;
+    `--dry-run` sends nothing."""
+    from backend_support import BackendProcess
+
+    write_env(isolated_home / ".env")
+    exe = fake_modal(tmp_path, f'print("├── 🔨 Created web function fastapi_app => {URL}")\n')
+    data_dir = Path(os.environ["SYNTH_AI_HOME"])
+    backend = BackendProcess(data_dir).start()
+    try:
+        dry = cli("deploy", "crafter", "--dry-run", "--modal-cli", str(exe))
+        assert dry.exit_code == 0 and "[preflight]" not in dry.stdout + dry.stderr
+        assert not (data_dir / "env_keys.json").exists()
+        result = cli("--json", "deploy", "crafter", "--modal-cli", str(exe), "--timeout", "60")
+    finally:
+        backend.stop()
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.json()["env_key_shared"] == "uploaded"
+    stored = json.loads((data_dir / "env_keys.json").read_text())["keys"]
+    assert [e["key"] for e in stored] == [SECRET] and stored[0]["source"] == "upload"
+    assert SECRET not in result.stdout + result.stderr + backend.log()
+
+
 def test_modal_serve_saves_url_and_reports_failures(cli, isolated_home: Path, tmp_path: Path) -> None:
     env = write_env(isolated_home / ".env")
     exe = fake_modal(tmp_path, f'''

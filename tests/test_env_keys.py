@@ -159,3 +159,37 @@ def test_sealing_helper_checks_the_public_key():
         seal(base64.b64encode(b"short").decode(), SECRET)
     with pytest.raises(InvalidInputError, match="base64"):
         seal("%%%", SECRET)
+
+
+def test_our_client_shows_the_backends_reason_and_fix(backend):
+    """An upload sealed to another key: the client's error carries the backend's message and hint (exit 3)."""
+    from nacl.public import PrivateKey
+
+    from synth_ai.client.env_keys import EnvKeys
+    from synth_ai.client.transport import Transport
+    from synth_ai.errors import InvalidInputError
+
+    stale = base64.b64encode(bytes(PrivateKey.generate().public_key)).decode()
+    with Transport(f"{backend.url}/api", backend.key) as transport:
+        routes = EnvKeys(transport)
+        routes.public_key = lambda: stale  # a public key from before the backend's key pair was replaced
+        with pytest.raises(InvalidInputError) as caught:
+            routes.upload(SECRET)
+    assert "another public key" in caught.value.message
+    assert "GET /api/v1/crypto/public-key" in (caught.value.hint or "")
+    assert caught.value.details["detail"]["code"] == "undecryptable" and caught.value.exit_code == 3
+
+
+@pytest.mark.skipif(not REF_PYTHON.exists(), reason="needs the synth-ai 0.2.17 reference venv (bench/reference_env.py)")
+def test_reference_serve_preflight_uploads_and_verifies(backend, tmp_path):
+    """synth-ai 0.2.17's `preflight_env_key` (run by its serve/deploy) ends with its 'Key verified in backend'."""
+    key = "sk_env_reference_preflight_31313131"
+    code = "from synth_ai.cli.lib.task_app_env import preflight_env_key as p; p(crash_on_failure=True)"
+    env = {**os.environ, "BACKEND_BASE_URL": backend.url, "SYNTH_API_KEY": backend.key, "ENVIRONMENT_API_KEY": key,
+           "HOME": str(tmp_path)}
+    done = subprocess.run([str(REF_PYTHON), "-c", code], capture_output=True, text=True, timeout=180, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ENVIRONMENT_API_KEY uploaded successfully" in done.stdout
+    assert "Key verified in backend" in done.stdout
+    assert key in [e["key"] for e in _stored(backend)]

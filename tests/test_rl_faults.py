@@ -163,13 +163,23 @@ def test_the_environment_key_is_the_one_the_task_app_accepts_and_a_refusal_is_cl
 
 
 def test_a_job_whose_task_app_refuses_the_key_fails_with_the_reason_and_the_fix(tmp_path: Path,
-                                                                               tiny_text: list[Path]):
+                                                                               tiny_text: list[Path],
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """Refused at create when the app already refuses the backend's keys (400, nothing stored); and when the app
+    changes its key after the create, the job fails at once with the reason and the fix."""
     data = tmp_path / "data"
     link_tiny(data, tiny_text)
-    backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": "sk_env_not_the_apps_key_00000"}).start()
+    backend_key = "sk_env_not_the_apps_key_00000"
+    backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": backend_key}).start()
     try:
         with running_app(quiz_app()) as app, backend.client() as api:
+            refused = api.post("/rl/jobs", json=rl_body(app, iterations_per_epoch=2))
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == "task_app_auth_failed"
+            assert "setup --local" in refused.json()["error"]["hint"] and backend_key not in refused.text
+            assert api.get("/rl/jobs").json()["data"] == []
+            monkeypatch.setenv("ENVIRONMENT_API_KEY", backend_key)  # the app (it reads the key per request) accepts
             job_id = api.post("/rl/jobs", json=rl_body(app, iterations_per_epoch=2)).json()["id"]
+            monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)  # ... and changes its key before the worker calls it
             wait_for(lambda: status(api, job_id) in TERMINAL, timeout=120, what="the job to fail")
             job = api.get(f"/rl/jobs/{job_id}").json()
             assert job["status"] == "failed"

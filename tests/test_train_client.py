@@ -286,10 +286,13 @@ def test_rl_path_verifies_checks_and_reaches_the_backend(backend: BackendProcess
     assert "Task app healthy" in result.stdout
     assert "Sharing ENVIRONMENT_API_KEY (sk_e…ef) with the backend, sealed" in result.stdout
     assert "Creating the job: POST" in result.stdout
-    # The embedded backend queues the RL job (--no-poll: the client prints its id and leaves).
+    # The backend probes the math app with the key it was given and queues the job (--no-poll: the client prints its
+    # id and leaves); it is cancelled here (its 4B model is not here to train).
     assert result.exit_code == 0, result.stdout + result.stderr
-    assert "rljob_" in result.stdout
+    assert "rljob_" in result.stdout and "(polling disabled)" in result.stdout
     assert ENV_KEY not in result.stdout + result.stderr
+    job_id = result.stdout.split("Started job ", 1)[1].split()[0]
+    run_cli("jobs", "cancel", job_id, "--kind", "rl", "--backend", backend.url)  # 409 if it already failed
 
 
 def test_rl_with_a_wrong_environment_key_fails_the_local_check(backend: BackendProcess, key_env: str,

@@ -76,15 +76,16 @@ class ShareResult:
 
 
 def share_environment_key(key: str | None, *, say: Callable[[str], None], warn: Callable[[str], None],
-                          backend_flag: str | None = None, strict: bool = False,
+                          backend_flag: str | None = None,
                           transport_factory: Callable[..., Transport] = Transport) -> ShareResult:
-    """Upload `key` to the configured backend (see the module doc). Failures warn and return `failed`, or raise
-    with `strict` (deploy: a task app the backend cannot call is not worth deploying silently)."""
+    """Upload `key` to the configured backend (see the module doc). Failures warn and return `failed`: the app
+    runs either way, and `train --type rl` shares the key again before creating a job."""
     from synth_ai.client.connect import api_key_for
     from synth_ai.env.backend_url import resolve_backend
 
     if not key:
         return ShareResult("skipped", "no ENVIRONMENT_API_KEY to share")
+    where = "the backend"
     try:
         backend = resolve_backend(backend_flag)
         if backend.embedded and backend.source == "embedded default":
@@ -95,6 +96,7 @@ def share_environment_key(key: str | None, *, say: Callable[[str], None], warn: 
                 return ShareResult("skipped", "no embedded backend runs on this machine; `synth-ai train` shares "
                                    "the key when it starts one")
             backend = type(backend)(found["api_base"], backend.source, True)
+        where = backend.api_base
         api_key = api_key_for(backend)
         if not api_key:
             return ShareResult("skipped", f"no API key for {backend.api_base} (SYNTH_API_KEY); the key was not "
@@ -109,21 +111,15 @@ def share_environment_key(key: str | None, *, say: Callable[[str], None], warn: 
         finally:
             transport.close()
     except NotFoundError:
-        message = f"{backend.api_base} has no env-key routes; the key was not shared"
-        if strict:
-            raise UnavailableError(message, hint="Register the key with that backend another way.") from None
+        message = f"{where} has no env-key routes; the key was not shared"
         warn(message)
-        return ShareResult("failed", message, backend.api_base)
+        return ShareResult("failed", message, where)
     except SynthError as exc:
-        if strict:
-            raise
         warn(f"[preflight] could not share ENVIRONMENT_API_KEY: {exc.message}")
-        return ShareResult("failed", exc.message)
+        return ShareResult("failed", exc.message, where)
     if not (isinstance(verified, dict) and verified.get("present")):
-        message = f"{backend.api_base} accepted the key but does not report it present"
-        if strict:
-            raise UnavailableError(message)
+        message = f"{where} accepted the key but does not report it present"
         warn(message)
-        return ShareResult("failed", message, backend.api_base)
+        return ShareResult("failed", message, where)
     say("[preflight] ✓ ENVIRONMENT_API_KEY uploaded and verified")
-    return ShareResult("uploaded", "uploaded and verified", backend.api_base)
+    return ShareResult("uploaded", "uploaded and verified", where)

@@ -203,10 +203,12 @@ def server_detail(response: httpx.Response) -> Any:
         body = response.json()
     except ValueError:
         return redact(response.text[:500])
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return body["error"]  # ours: {"detail": message, "error": {code, message, hint?, details?}}
     if isinstance(body, dict) and "detail" in body:
         body = body["detail"]
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        body = body["error"]
+        body = body["error"]  # a task app's {"detail": {"error": {...}}}
     return body
 
 
