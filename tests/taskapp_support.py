@@ -144,6 +144,11 @@ def stop(process: subprocess.Popen) -> str:
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
+    """This process's environment for a child, minus the settings tests isolate: a module-scoped fixture starts
+    its servers before the per-test isolation applies, and a key or backend URL an earlier in-process command
+    loaded from a `.env` must not reach them."""
+    from conftest import _ISOLATED_VARS
+
+    env = {k: v for k, v in os.environ.items() if k not in _ISOLATED_VARS}
     env.update({"PYTHONUNBUFFERED": "1", **extra})
     return env
