@@ -3,7 +3,7 @@
 Every request becomes `n` rows. Sampling is done per row by `RowSampler` (the last logits processor; `generate`
 itself runs greedy over the one token the sampler leaves open), so rows of one batch may differ in temperature,
 top_p, top_k, thinking budget and seed: each row draws from its own `torch.Generator`, seeded from the request's
-`seed` (a fresh random seed when absent). The sampler records each sampled token's log-prob under the
+`seed` (a fresh random seed when absent), by inverse-CDF lookups over the vocabulary. The sampler records each sampled token's log-prob under the
 distribution it was drawn from, and ends a row (forces end-of-turn) once it reaches its own `max_tokens`; the
 rest of the batch goes on. Stop strings are applied per row after generation: the row is cut at the first token
 whose text completes a stop string, so the recorded token ids and log-probs are exactly the returned text's.
@@ -122,7 +122,7 @@ def generate(loaded: Any, encoded: list[Encoded], rows: list[Row]) -> None:
     with torch.inference_mode():
         sequences = loaded.model.generate(**inputs, **gen)
     generated = sequences[:, width:].tolist()
-    logprobs = sampler.logprobs()
+    logprobs = sampler.logprobs() or [[] for _ in rows]
     for index, row in enumerate(rows):
         tokens = generated[index][:row.max_tokens]
         cut = next((i + 1 for i, t in enumerate(tokens) if t in loaded.eos_ids), len(tokens))
@@ -160,14 +160,23 @@ def _choice_seed(seed: int, choice: int) -> int:
 
 
 class RowSampler:
-    """The last logits processor: per row, apply its temperature / top-k / top-p, draw with its own generator
-    (argmax when temperature is 0), record the drawn token's log-prob, and leave only that token open."""
+    """The last logits processor: per row, apply its temperature / top-k / top-p, draw (argmax when temperature is
+    0), record the drawn token's log-prob, and leave only that token open. All rows are handled in one set of
+    tensor operations: each row's draws are inverse-CDF lookups of uniforms taken up front from its own
+    generator, so a row samples the same tokens whatever batch it is in."""
 
     def __init__(self, rows: list[Row], width: int, eos: int, device: str) -> None:
         import torch
 
-        self.rows, self.width, self.eos = rows, width, eos
-        self.generators = [torch.Generator(device=device).manual_seed(row.seed) for row in rows]
+        self.width, self.eos = width, eos
+        steps = max(row.max_tokens for row in rows)
+        self.uniforms = torch.stack([torch.rand(steps, generator=torch.Generator().manual_seed(row.seed),
+                                                dtype=torch.float64) for row in rows]).to(device)
+        self.greedy = torch.tensor([row.temperature == 0 for row in rows], device=device)
+        self.temperature = torch.tensor([row.temperature or 1.0 for row in rows], device=device).unsqueeze(1)
+        self.top_k = [0 if row.temperature == 0 else row.top_k for row in rows]
+        self.top_p = [1.0 if row.temperature == 0 else row.top_p for row in rows]
+        self.limit = torch.tensor([row.max_tokens for row in rows], device=device)
         self.steps: list[Any] = []
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
@@ -175,22 +184,16 @@ class RowSampler:
 
         step = input_ids.shape[1] - self.width
         scores = scores.float()
-        picked = torch.empty(scores.shape[0], dtype=torch.long, device=scores.device)
-        logp = torch.zeros(scores.shape[0], dtype=torch.float, device=scores.device)
-        for i, row in enumerate(self.rows):
-            if step >= row.max_tokens:  # past its own limit: end the row (this token is cut off afterwards)
-                picked[i] = self.eos
-                continue
-            logits = scores[i]
-            if row.temperature == 0:
-                dist = torch.log_softmax(logits, dim=-1)
-                token = torch.argmax(logits)
-            else:
-                dist = torch.log_softmax(_warp(logits / row.temperature, row.top_k, row.top_p), dim=-1)
-                token = torch.multinomial(dist.exp(), 1, generator=self.generators[i])[0]
-            picked[i] = token
-            logp[i] = dist[token]
-        self.steps.append(logp)
+        dist = torch.log_softmax(_warp(scores / self.temperature, self.top_k, self.top_p), dim=-1)
+        probs = dist.double().exp()
+        cdf = probs.cumsum(dim=-1)
+        target = (self.uniforms[:, step] * cdf[:, -1]).unsqueeze(1)
+        drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=scores.shape[1] - 1)
+        picked = torch.where(self.greedy, scores.argmax(dim=-1), drawn)
+        logp = dist.gather(1, picked.unsqueeze(1)).squeeze(1)
+        ended = step >= self.limit  # past its own limit: end the row (this token is cut off afterwards)
+        picked = torch.where(ended, torch.full_like(picked, self.eos), picked)
+        self.steps.append(torch.where(ended, torch.zeros_like(logp), logp))
         out = torch.full_like(scores, float("-inf"))
         out.scatter_(1, picked.unsqueeze(1), 0.0)
         return out
@@ -199,23 +202,25 @@ class RowSampler:
         import torch
 
         if not self.steps:
-            return [[] for _ in self.rows]
+            return []
         return torch.stack(self.steps, dim=1).cpu().tolist()
 
 
-def _warp(logits: Any, top_k: int, top_p: float) -> Any:
-    """Top-k then top-p (nucleus) filtering, in the order and with the tie rules `transformers` uses."""
+def _warp(logits: Any, top_k: list[int], top_p: list[float]) -> Any:
+    """Per-row top-k then top-p (nucleus) filtering, in the order and with the tie rules `transformers` uses."""
     import torch
 
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[-1]
+    vocab = logits.shape[-1]
+    if any(0 < k < vocab for k in top_k):
+        k = torch.tensor([k if 0 < k < vocab else vocab for k in top_k], device=logits.device)
+        kth = torch.sort(logits, dim=-1, descending=True).values.gather(1, (k - 1).unsqueeze(1))
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        ordered, order = torch.sort(logits, descending=False)
-        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
-        drop = cumulative <= (1 - top_p)
-        drop[-1] = False  # keep at least the most likely token
-        logits = logits.masked_fill(drop.scatter(0, order, drop), float("-inf"))
+    if any(p < 1.0 for p in top_p):
+        p = torch.tensor(top_p, device=logits.device, dtype=logits.dtype).unsqueeze(1)
+        ordered, order = torch.sort(logits, dim=-1, descending=False)
+        drop = ordered.softmax(dim=-1).cumsum(dim=-1) <= (1 - p)
+        drop[:, -1] = False  # keep at least the most likely token
+        logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
     return logits
 
 
