@@ -1,7 +1,8 @@
 """Dynamic batching: concurrent chat completions for one model share one `generate` call.
 
 Callers `submit` a job and block until it is done. One generation thread takes the oldest waiting job, waits up to
-`window_s` for more (so requests that arrive together batch together), then runs every waiting job compatible
+`window_s` for more (so requests that arrive together batch together; up to `GATHER_FACTOR` times longer while
+fewer wait than the previous batch held, the steady state of a fixed number of busy callers), then runs every waiting job compatible
 with it (same loaded model, text only, rows up to `max_batch`) as one batch. Requests that arrive while a batch
 generates wait for the next one. Jobs with images, and every job on a vision model, run alone.
 
@@ -24,6 +25,7 @@ from typing import Any, Callable
 from synth_ai.errors import RateLimitError
 
 RETRY_AFTER_S = 1
+GATHER_FACTOR = 10  # the window stretches this much while fewer requests wait than the last batch held
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Batcher:
         self._waiting: deque[Job] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._last_rows = 0
         self.batches = 0  # how many generate calls ran, and how many rows they held (for tests and benches)
         self.rows = 0
 
@@ -104,9 +107,12 @@ class Batcher:
                 self._cond.wait()
             first = self._waiting[0]
             if first.batchable():
-                deadline = time.monotonic() + self.window_s
-                while self._compatible_rows(first) < self.max_batch:
-                    left = deadline - time.monotonic()
+                start = time.monotonic()
+                while (rows := self._compatible_rows(first)) < self.max_batch:
+                    # fewer waiting than the last batch held: its callers are likely sending their next requests
+                    # (as a client's threads, or an RL loop's rollouts, do once answered), so wait a little longer
+                    window = self.window_s if rows >= self._last_rows else self.window_s * GATHER_FACTOR
+                    left = start + window - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)
@@ -117,6 +123,7 @@ class Batcher:
                         self._waiting.remove(job)
                         batch.append(job)
                         rows += job.rows
+            self._last_rows = rows
             return batch
 
     def _compatible_rows(self, first: Job) -> int:
