@@ -28,7 +28,7 @@ RETRY_AFTER_S = 1
 GATHER_FACTOR = 10  # the window stretches this much while fewer requests wait than the last batch held
 
 
-@dataclass
+@dataclass(eq=False)  # jobs are compared by identity: two identical requests are two jobs
 class Job:
     loaded: Any
     params: dict[str, Any]
