@@ -139,3 +139,36 @@ def test_a_full_queue_answers_429_with_retry_after(tmp_path_factory) -> None:
         assert busy.json()["error"]["code"] == "rate_limited" and "queue is full" in busy.json()["error"]["message"]
     finally:
         process.stop()
+
+
+def test_task_apps_retry_a_busy_model_server_after_its_retry_after() -> None:
+    """The 429 is injected by a transport fault; the client must wait and retry, then give up after its limit."""
+    import asyncio
+
+    from synth_ai.taskapp import inference
+    from synth_ai.taskapp.errors import InferenceError
+
+    completion = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
+
+    def client_answering(busy: int) -> tuple[httpx.AsyncClient, list[int]]:
+        seen: list[int] = []
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            seen.append(1)
+            if len(seen) <= busy:
+                return httpx.Response(429, headers={"Retry-After": "0"}, json={"error": {"code": "rate_limited"}})
+            return httpx.Response(200, json=completion)
+
+        return httpx.AsyncClient(transport=httpx.MockTransport(answer)), seen
+
+    async def call(client: httpx.AsyncClient) -> dict[str, Any]:
+        async with client:
+            return await inference.chat_completion("http://model.test/v1", {"model": "m", "messages": []},
+                                                   client=client, record=False)
+
+    client, seen = client_answering(busy=2)
+    assert asyncio.run(call(client))["choices"][0]["message"]["content"] == "hi" and len(seen) == 3
+    client, seen = client_answering(busy=inference.BUSY_RETRIES + 1)
+    with pytest.raises(InferenceError, match="429"):
+        asyncio.run(call(client))
+    assert len(seen) == inference.BUSY_RETRIES + 1
