@@ -60,7 +60,7 @@ def rl_config(iterations: int, batch: int, group: int, things: int) -> dict:
         "algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"},
         "model": {"base": MODEL_ID, "trainer_mode": "full", "label": "bench"},
         "rollout": {"env_name": "color_quiz", "policy_name": "bench", "max_turns": 1, "episodes_per_batch": batch * group,
-                    "max_concurrent_rollouts": 8, "env_config": {"things": things},
+                    "max_concurrent_rollouts": batch * group, "env_config": {"things": things},
                     "policy_config": {"temperature": HYPER["temperature"], "max_tokens": HYPER["max_tokens"]}},
         "training": {"num_epochs": 1, "iterations_per_epoch": iterations, "max_turns": 1, "batch_size": batch,
                      "group_size": group, "learning_rate": HYPER["learning_rate"], "weight_sync_interval": 1,

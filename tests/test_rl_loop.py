@@ -59,5 +59,8 @@ def test_stale_weights_reference_kl_evaluation_and_seeded_repeats(tmp_path: Path
 
     # the same seed and config: the same samples, rewards, losses and evaluations
     again = runs[1][0]
-    for name in ("reward.mean", "loss", "kl_ref", "eval.mean_return", "response_tokens.mean"):
+    for name in ("reward.mean", "eval.mean_return", "response_tokens.mean"):
         assert recorder.series(name) == again.series(name), name
+    # recorded log-probs come from batched rows: float rounding may differ with the batch a call lands in
+    for name in ("loss", "kl_ref"):
+        assert recorder.series(name) == pytest.approx(again.series(name), rel=1e-4, abs=1e-6), name

@@ -4,7 +4,8 @@
   `?cid=<trace id>` must reach the model server).
 - `chat_completion` posts one request with finite timeouts and returns the parsed completion, or raises
   `InferenceError` (HTTP 502/504 from `/rollout`) that says which URL failed and how. When a rollout is being
-  traced, the call and its new messages are recorded in the current session.
+  traced, the call and its new messages are recorded in the current session. A 429 (a busy model server's full
+  queue) is retried after its `Retry-After`, up to `BUSY_RETRIES` times.
 - `tool_calls_of` reads a completion's tool calls (OpenAI `tool_calls`, or Qwen-style `<tool_call>` blocks in the
   text when the server does not parse them), arguments decoded.
 """
@@ -27,6 +28,8 @@ from synth_ai.taskapp.tracing import current_trace
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _ERROR_BODY_CHARS = 400
+BUSY_RETRIES = 5  # 429 answers (a full batching queue) retried after their Retry-After
+MAX_RETRY_AFTER_S = 10.0
 
 
 def normalize_inference_url(url: str) -> str:
@@ -118,10 +121,15 @@ async def chat_completion(
     shown = _shown_url(url)
     started = time.perf_counter()
     try:
-        response = await http.post(
-            url, json=payload, headers=send_headers,
-            timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
-        )
+        for attempt in range(BUSY_RETRIES + 1):
+            response = await http.post(
+                url, json=payload, headers=send_headers,
+                timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
+            )
+            if response.status_code != 429 or attempt == BUSY_RETRIES:
+                break
+            # a busy server (its batching queue is full) says when to come back
+            await asyncio.sleep(_retry_after(response.headers.get("retry-after")))
     except httpx.TimeoutException as exc:
         raise InferenceError(
             f"The model endpoint {shown} did not answer within {timeout:g}s ({type(exc).__name__}).",
@@ -158,6 +166,13 @@ async def chat_completion(
     if record:
         _record(url, payload, completion, latency_ms)
     return completion
+
+
+def _retry_after(value: str | None) -> float:
+    try:
+        return min(max(float(value or 1), 0.05), MAX_RETRY_AFTER_S)
+    except ValueError:
+        return 1.0
 
 
 def _shown_url(url: str) -> str:

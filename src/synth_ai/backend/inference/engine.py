@@ -11,9 +11,10 @@ longer is a 400 (`details.code: context_length_exceeded`).
 
 Models are base ids, local folders and fine-tuned ids (`ft:...`): a full fine-tune loads as is; a LoRA adapter is
 applied to its base and merged once at load. Loaded models stay in an LRU cache of `max_loaded` entries.
-Requests are serialised: one generation at a time across the engine (tokenizers and the global torch RNG behind
-`seed` are not safe to share between threads, and on a CPU parallel generations only compete for the cores), so
-concurrent callers queue and never crash. `n > 1` samples the choices in one batched `generate` call.
+Concurrent requests are batched (`synth_ai.backend.inference.batching`): one generation thread runs one `generate`
+at a time for all waiting compatible requests (`synth_ai.backend.inference.generation`), each with its own
+sampling settings, limits, stop strings and seed; a full queue is a `RateLimitError` (HTTP 429). `n > 1` samples
+the choices as rows of the same batch.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.inference import generation
+from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.parsing import apply_stop, parse_output
 from synth_ai.errors import InvalidInputError, NotFoundError
 
@@ -92,7 +95,8 @@ def describe_model(model_id: str, path: Path, model: Any, tokenizer: Any, *, vis
 
 
 class InferenceEngine:
-    def __init__(self, model_store: Any, *, max_loaded: int = 2) -> None:
+    def __init__(self, model_store: Any, *, max_loaded: int = 2, max_batch: int | None = None,
+                 max_queue: int | None = None) -> None:
         if max_loaded < 1:
             raise ValueError("max_loaded must be at least 1")
         self.store = model_store
@@ -101,6 +105,7 @@ class InferenceEngine:
         self._cache_lock = threading.Lock()
         self._load_locks: dict[str, threading.Lock] = {}
         self._generate_lock = threading.Lock()
+        self.batcher = Batcher(self._run_batch, max_batch=max_batch, max_queue=max_queue)
         self._pinned: dict[str, LoadedModel] = {}
 
     # Models -----------------------------------------------------------------------------------------------------
@@ -212,109 +217,62 @@ class InferenceEngine:
         params = _validate(request)
         loaded = self.get(params["model"])
         messages, images = _prepare_messages(params["messages"], loaded)
+        return self.batcher.submit(Job(loaded, params, messages, images, record))
+
+    def _run_batch(self, jobs: list[Job]) -> None:
+        """The batcher's generation step: encode each job (a bad one fails alone), sample all rows in one
+        `generate`, hand each job its own completion."""
         with self._generate_lock:
-            return self._complete(loaded, params, messages, images, record=record)
+            ready = []
+            for job in jobs:
+                try:
+                    ready.append((job, generation.encode(job.loaded, job.params, job.messages, job.images)))
+                except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
+                    job.error = exc
+            if not ready:
+                return
+            rows = [row for i, (job, _) in enumerate(ready) for row in generation.rows_for(i, job.params)]
+            generation.generate(ready[0][0].loaded, [encoded for _, encoded in ready], rows)
+            for i, (job, encoded) in enumerate(ready):
+                job.result = _completion(job, encoded, [row for row in rows if row.request == i])
 
-    def _complete(self, loaded: LoadedModel, params: dict[str, Any], messages: list[dict[str, Any]],
-                  images: list[Any], *, record: bool = False) -> tuple[dict[str, Any], list[SampledTokens]]:
-        import torch
 
-        tokenizer = loaded.tokenizer
-        tools = params["tools"] if params["tool_choice"] != "none" else None
-        thinking = params["thinking_mode"]
-        template_kwargs: dict[str, Any] = {}
-        if thinking is not None:
-            template_kwargs["enable_thinking"] = thinking == "think"
-        try:
-            prompt = tokenizer.apply_chat_template(messages, tools=tools, chat_template=loaded.template,
-                                                   add_generation_prompt=True, tokenize=False, **template_kwargs)
-        except Exception as exc:  # a template error is a request problem (e.g. an unexpected message shape)
-            raise InvalidInputError(f"The messages could not be rendered with {loaded.model_id}'s chat template "
-                                    f"({type(exc).__name__}: {exc}).") from exc
-        # "think": open the block ourselves (what Qwen3 thinking models start with), so thinking_budget can count
-        # from it. "no_think" is the template's business (`enable_thinking=False` writes the empty block in Qwen3
-        # templates; Qwen3-VL Instruct templates have no thinking to turn off).
-        prefix = "<think>\n" if thinking == "think" and not prompt.endswith("<think>\n") else ""
-        prompt += prefix
-        if images:
-            inputs = loaded.processor(text=[prompt], images=images, return_tensors="pt")
+def _completion(job: Job, encoded: generation.Encoded, rows: list[generation.Row]
+                ) -> tuple[dict[str, Any], list[SampledTokens]]:
+    loaded, params = job.loaded, job.params
+    choices, completion_tokens, sampled = [], 0, []
+    for index, row in enumerate(rows):
+        hit_eos = bool(row.tokens) and row.tokens[-1] in loaded.eos_ids
+        used = row.tokens[:-1] if hit_eos else row.tokens
+        cut, stopped = generation.cut_at_stop(loaded.tokenizer, used, params["stop"])
+        if stopped:  # the row ends at the stop string's last token; what followed was not part of the reply
+            used, hit_eos = cut, False
+        kept = len(used) + (1 if hit_eos else 0)  # the end-of-turn token was sampled too: it trains
+        completion_tokens += len(used)
+        text = encoded.prefix + loaded.tokenizer.decode(used, skip_special_tokens=True)
+        text, stopped_text = apply_stop(text, params["stop"])
+        message = parse_output(text, tools_enabled=encoded.tools)
+        if message.get("tool_calls"):
+            finish = "tool_calls"
+        elif hit_eos or stopped or stopped_text:
+            finish = "stop"
         else:
-            inputs = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
-        inputs = {k: v.to(loaded.device) for k, v in inputs.items() if hasattr(v, "to")}
-        if loaded.vision and images and "mm_token_type_ids" not in inputs and loaded.image_pad is not None:
-            inputs["mm_token_type_ids"] = (inputs["input_ids"] == loaded.image_pad).to(torch.int32)
-        prompt_len = int(inputs["input_ids"].shape[1])
-        context = _context_length(loaded.model)
-        if context is not None and prompt_len >= context:
-            raise InvalidInputError(
-                f"The prompt is {prompt_len} tokens; {loaded.model_id} has a context of {context} tokens.",
-                hint="Shorten the messages (or drop old turns) so the prompt and the reply fit in the context.",
-                details={"code": "context_length_exceeded", "prompt_tokens": prompt_len, "context_length": context})
-
-        n = params["n"]
-        greedy = params["temperature"] == 0
-        gen: dict[str, Any] = {"max_new_tokens": params["max_tokens"], "eos_token_id": loaded.eos_ids,
-                               "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None
-                               else loaded.eos_ids[0], "do_sample": not greedy,
-                               "num_return_sequences": 1 if greedy else n, "use_cache": True}
-        if not greedy:
-            gen["temperature"] = params["temperature"]
-            gen["top_p"] = params["top_p"]
-            gen["top_k"] = params["top_k"] or 0
-        else:
-            gen.update(temperature=None, top_p=None, top_k=None)
-        if params["stop"]:
-            gen["stop_strings"] = params["stop"]
-            gen["tokenizer"] = tokenizer
-        budget = params["thinking_budget"]
-        if budget is not None and thinking != "no_think" and loaded.think_open is not None \
-                and loaded.think_close is not None:
-            from transformers import LogitsProcessorList
-
-            gen["logits_processor"] = LogitsProcessorList(
-                [_thinking_budget_processor(loaded.think_open, loaded.think_close, budget, prompt_len)])
-        if record:
-            gen.update(output_scores=True, return_dict_in_generate=True)
-        seed = params["seed"]
-        with _seeded(seed):
-            with torch.inference_mode():
-                output = loaded.model.generate(**inputs, **gen)
-        sequences = output.sequences if record else output
-        rows = sequences[:, prompt_len:].tolist()
-        row_logprobs = _sampled_logprobs(output.scores, sequences[:, prompt_len:]) if record else []
-        if greedy and n > 1:
-            rows, row_logprobs = rows * n, row_logprobs * n
-
-        choices, completion_tokens, sampled = [], 0, []
-        for index, row in enumerate(rows):
-            used, hit_eos = _until_eos(row, loaded.eos_ids)
-            completion_tokens += len(used)
-            if record:
-                kept = len(used) + (1 if hit_eos else 0)  # the end-of-turn token was sampled too: it trains
-                sampled.append(SampledTokens(
-                    prompt_ids=inputs["input_ids"][0].tolist(), completion_ids=row[:kept],
-                    logprobs=row_logprobs[index][:kept], temperature=params["temperature"],
-                    vision_inputs={k: v.detach().cpu() for k, v in inputs.items()
-                                   if k in ("pixel_values", "image_grid_thw")},
-                    images=len(images)))
-            text = prefix + tokenizer.decode(used, skip_special_tokens=True)
-            text, stopped = apply_stop(text, params["stop"])
-            message = parse_output(text, tools_enabled=bool(tools))
-            if message.get("tool_calls"):
-                finish = "tool_calls"
-            elif hit_eos or stopped:
-                finish = "stop"
-            else:
-                finish = "length"
-            choices.append({"index": index, "message": message, "finish_reason": finish, "logprobs": None})
-            if record:
-                sampled[index].finish_reason = finish
-        return {
-            "id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion", "created": int(time.time()),
-            "model": params["model"], "choices": choices,
-            "usage": {"prompt_tokens": prompt_len, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_len + completion_tokens},
-        }, sampled
+            finish = "length"
+        choices.append({"index": index, "message": message, "finish_reason": finish, "logprobs": None})
+        if job.record:
+            sampled.append(SampledTokens(
+                prompt_ids=encoded.prompt_ids, completion_ids=row.tokens[:kept], logprobs=row.logprobs[:kept],
+                temperature=params["temperature"],
+                vision_inputs={k: v.detach().cpu() for k, v in encoded.inputs.items()
+                               if k in ("pixel_values", "image_grid_thw")},
+                images=len(job.images), finish_reason=finish))
+    prompt_len = len(encoded.prompt_ids)
+    return {
+        "id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion", "created": int(time.time()),
+        "model": params["model"], "choices": choices,
+        "usage": {"prompt_tokens": prompt_len, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_len + completion_tokens},
+    }, sampled
 
 
 # Request validation -------------------------------------------------------------------------------------------------
@@ -477,87 +435,6 @@ def _chat_template(tokenizer: Any, path: Path) -> str | None:
             if text:
                 return text
     return None
-
-
-def _context_length(model: Any) -> int | None:
-    """The model's context in tokens (`max_position_embeddings`, in the text config for Qwen3-VL), if it says."""
-    config = getattr(model, "config", None)
-    for source in (config, getattr(config, "text_config", None)):
-        value = getattr(source, "max_position_embeddings", None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def _until_eos(row: list[int], eos_ids: list[int]) -> tuple[list[int], bool]:
-    for i, token in enumerate(row):
-        if token in eos_ids:
-            return row[:i], True
-    return row, False
-
-
-def _sampled_logprobs(scores: Any, tokens: Any) -> list[list[float]]:
-    """Per row, the log-prob of each generated token under the distribution it was drawn from: `generate`'s
-    `scores` are the logits after every processor and warper (temperature, top-k, top-p, thinking budget)."""
-    import torch
-
-    if not scores:
-        return [[] for _ in range(tokens.shape[0])]
-    steps = torch.stack([s.float() for s in scores], dim=1)  # [rows, steps, vocab]
-    picked = tokens[:, :steps.shape[1]].to(steps.device)
-    values = torch.log_softmax(steps, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
-    return values.cpu().tolist()
-
-
-def _thinking_budget_processor(open_id: int, close_id: int, budget: int, prompt_len: int) -> Any:
-    """Force `</think>` once a row has spent `budget` tokens inside an open think block."""
-    import torch
-    from transformers import LogitsProcessor
-
-    class ThinkingBudget(LogitsProcessor):
-        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-            for row in range(input_ids.shape[0]):
-                seq = input_ids[row]
-                opens = (seq == open_id).nonzero()
-                if opens.numel() == 0:
-                    continue
-                last_open = int(opens[-1])
-                closes = (seq[last_open:] == close_id).nonzero()
-                if closes.numel():
-                    continue
-                spent = seq.shape[0] - last_open - 1
-                if spent >= budget:
-                    scores[row, :] = float("-inf")
-                    scores[row, close_id] = 0.0
-            return scores
-
-    return ThinkingBudget()
-
-
-class _seeded:
-    """Seed torch's RNG for one generation and restore the previous state after."""
-
-    def __init__(self, seed: int | None) -> None:
-        self.seed = seed
-        self.state: Any = None
-
-    def __enter__(self) -> None:
-        if self.seed is None:
-            return
-        import torch
-
-        self.state = (torch.random.get_rng_state(),
-                      torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
-        torch.manual_seed(self.seed)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.state is None:
-            return
-        import torch
-
-        torch.random.set_rng_state(self.state[0])
-        if self.state[1] is not None:
-            torch.cuda.set_rng_state_all(self.state[1])
 
 
 def _free_memory() -> None:

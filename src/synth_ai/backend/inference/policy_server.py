@@ -7,12 +7,14 @@ implements the same four methods and the trainer does not change.
 
 `LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process,
 answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat
-template, tool-call parsing and thinking budget as `/api/inference`), over the trainer's in-memory policy.
+template, tool-call parsing, thinking budget and batching as `/api/inference`: concurrent rollouts' calls share
+one `generate`), over the trainer's in-memory policy.
 With `weight_sync_interval = 1` it serves the training model itself; otherwise a copy, refreshed on `sync_weights`.
 
 Reproducibility: a request without `seed` gets one derived from the engine's seed, its cid (less the job's
 prefix) and its call number within that cid, so the same config samples the same tokens in every job, whatever
-order concurrent rollouts arrive in.
+order concurrent rollouts arrive in (each row of a batch draws from its own generator seeded this way; only
+float rounding, which can differ with the batch a call lands in, separates two runs).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from synth_ai.backend.inference.batching import RETRY_AFTER_S
 from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel, SampledTokens
-from synth_ai.errors import InvalidInputError, NotFoundError
+from synth_ai.errors import InvalidInputError, NotFoundError, RateLimitError
 
 log = logging.getLogger("synth_ai.backend.policy_server")
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -189,9 +192,11 @@ def _handler_for(server: LocalPolicyServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             log.debug("policy server: " + format, *args)
 
-        def _send(self, status: int, doc: dict[str, Any]) -> None:
+        def _send(self, status: int, doc: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(doc).encode()
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -222,6 +227,8 @@ def _handler_for(server: LocalPolicyServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, server.complete(body, cid))
             except InvalidInputError as exc:
                 self._send(400, _error("invalid_request", exc.message))
+            except RateLimitError as exc:  # the batching queue is full
+                self._send(429, _error("rate_limited", exc.message), {"Retry-After": str(RETRY_AFTER_S)})
             except ValueError as exc:
                 self._send(400, _error("invalid_request", f"{type(exc).__name__}: {exc}"))
             except Exception as exc:  # noqa: BLE001 - the task app gets a 500 it can report

@@ -4,7 +4,8 @@
 `chat.completion.chunk` events, then `data: [DONE]`.
 
 The engine (`synth_ai.backend.inference.engine.InferenceEngine`) is created on the first request, so torch is
-only imported in the API process when someone asks for inference. Its calls block; they run in a worker thread.
+only imported in the API process when someone asks for inference. Its calls block; they run in a worker thread,
+and concurrent ones are batched by the engine. A full batching queue answers 429 with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fastapi.responses import StreamingResponse
 
 from synth_ai.backend.app import get_backend
 from synth_ai.backend.errors import ApiError
-from synth_ai.errors import InvalidInputError, NotFoundError, SynthError, UnavailableError
+from synth_ai.errors import InvalidInputError, NotFoundError, RateLimitError, SynthError, UnavailableError
 
 router = APIRouter(tags=["inference"])
 
@@ -27,6 +28,10 @@ def _api_error(exc: Exception) -> ApiError:
         return ApiError(404, "model_not_found", exc.message, hint=exc.hint)
     if isinstance(exc, InvalidInputError):
         return ApiError(400, "invalid_request", exc.message, hint=exc.hint, details=exc.details)
+    if isinstance(exc, RateLimitError):  # the batching queue is full: back-pressure, not an unbounded wait
+        from synth_ai.backend.inference.batching import RETRY_AFTER_S
+
+        return ApiError(429, "rate_limited", exc.message, hint=exc.hint, headers={"Retry-After": str(RETRY_AFTER_S)})
     if isinstance(exc, UnavailableError):
         return ApiError(503, "unavailable", exc.message, hint=exc.hint)
     if isinstance(exc, SynthError):
