@@ -143,12 +143,12 @@ def stop(process: subprocess.Popen) -> str:
     return process.stdout.read() if process.stdout else ""
 
 
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """This process's environment for a child, minus the settings tests isolate: a module-scoped fixture starts
-    its servers before the per-test isolation applies, and a key or backend URL an earlier in-process command
-    loaded from a `.env` must not reach them."""
+def subprocess_env(*, isolated: bool = False, **extra: str) -> dict[str, str]:
+    """This process's environment for a child. `isolated` drops the settings tests isolate: a module-scoped
+    fixture starts its servers before the per-test isolation applies, so a key or backend URL an earlier
+    in-process command loaded from a `.env` would otherwise reach them."""
     from conftest import _ISOLATED_VARS
 
-    env = {k: v for k, v in os.environ.items() if k not in _ISOLATED_VARS}
+    env = {k: v for k, v in os.environ.items() if not (isolated and k in _ISOLATED_VARS)}
     env.update({"PYTHONUNBUFFERED": "1", **extra})
     return env

@@ -46,7 +46,8 @@ def color_app(backend):
     """`synth-ai serve color-quiz`, started after the backend so its preflight finds it and uploads its key."""
     port = free_port()
     process = subprocess.Popen([*synth_ai_command(), "serve", "color-quiz", "--port", str(port)],
-                               env=subprocess_env(SYNTH_AI_HOME=str(backend.data_dir), ENVIRONMENT_API_KEY=APP_KEY),
+                               env=subprocess_env(isolated=True, SYNTH_AI_HOME=str(backend.data_dir),
+                                                  ENVIRONMENT_API_KEY=APP_KEY),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT)
     url = f"http://127.0.0.1:{port}"
     try:

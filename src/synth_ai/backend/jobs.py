@@ -134,10 +134,14 @@ class JobStore:
             return self._event(conn, job_id, type_, message, data, level)
 
     def add_metric(self, job_id: str, name: str, step: int, value: float, phase: str = "train") -> None:
+        self.add_metrics(job_id, [(name, step, value, phase)])
+
+    def add_metrics(self, job_id: str, points: list[tuple[str, int, float, str]]) -> None:
+        now = utcnow()
         with self.db.tx() as conn:
-            conn.execute(
+            conn.executemany(
                 "INSERT OR REPLACE INTO metrics (job_id, name, step, value, phase, created_at) VALUES (?,?,?,?,?,?)",
-                (job_id, name, int(step), float(value), phase or "train", utcnow()))
+                [(job_id, name, int(step), float(value), phase or "train", now) for name, step, value, phase in points])
 
     def transition(self, job_id: str, status: str, *, only_from: frozenset[str] | set[str] | None = None,
                    event: tuple[str, str, dict[str, Any] | None, str] | None = None,

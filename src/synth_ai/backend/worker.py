@@ -53,8 +53,13 @@ class Reporter:
         return self.store.add_event(self.job_id, full, message, data, level)
 
     def metric(self, name: str, step: int, value: float, phase: str = "train") -> None:
-        self.last_step = max(self.last_step, int(step))
-        self.store.add_metric(self.job_id, name, int(step), float(value), phase)
+        self.metrics([(name, step, value, phase)])
+
+    def metrics(self, points: list[tuple[str, int, float, str]]) -> None:
+        """Several points in one transaction: readers see all of them or none."""
+        if points:
+            self.last_step = max(self.last_step, *(int(p[1]) for p in points))
+            self.store.add_metrics(self.job_id, points)
 
 
 class StopSignal:

@@ -86,8 +86,9 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
             current = it
             if should_stop():
                 _stop(trainer, reporter, it, start, history, last_eval)
+            evaluated = None
             if settings.eval_every and it % settings.eval_every == 0:
-                last_eval = _evaluate(runner, settings, reporter, it)
+                last_eval = evaluated = _evaluate(runner, settings, reporter, it)
             started = time.perf_counter()
             rollouts = runner.run(iteration_jobs(settings, it), mode="rl")
             rollout_s = time.perf_counter() - started
@@ -109,7 +110,7 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                 engine.sync_weights()
             record = _iteration_record(it, rollouts, counts, stats, rollout_s, train_s)
             history.append(record)
-            _report_step(reporter, settings, record)
+            _report_step(reporter, settings, record, evaluated)
             done = it + 1
             if done % settings.checkpoint_interval == 0 and done != settings.iterations:
                 path = trainer.checkpoint(done, history, last_eval)
@@ -117,6 +118,7 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                                {"iteration": done, "path": str(path)})
         if settings.eval_every:
             last_eval = _evaluate(runner, settings, reporter, settings.iterations)
+            _write_metrics(reporter, [("eval.mean_return", settings.iterations, last_eval, "eval")])
     except RolloutsStopped:
         _stop(trainer, reporter, current, start, history, last_eval)
     finally:
@@ -144,8 +146,6 @@ def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int) -> floa
     results = runner.run(jobs, mode="eval", extra_policy=settings.eval_policy_config)
     ok = [r.reward for r in results if r.ok]
     mean = sum(ok) / len(ok) if ok else None
-    if mean is not None:
-        reporter.metric("eval.mean_return", it, mean, phase="eval")
     reporter.event("rl.eval.summary",
                    f"iteration {it}: eval mean return {mean:.4f} on {len(ok)} seeds" if mean is not None
                    else f"iteration {it}: every eval rollout failed",
@@ -192,14 +192,25 @@ def _iteration_record(it: int, rollouts: list[Rollout], counts: dict[str, int], 
                 stats.ratio_mean, "optimizer_steps": stats.steps, "kl_ref": stats.ref_kl} if stats else {})}
 
 
-def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any]) -> None:
+def _write_metrics(reporter: Any, points: list[tuple[str, int, float | None, str]]) -> None:
+    """One iteration's points together (in one transaction where the reporter can): a client that reads metrics
+    `after_step` the highest step it has seen (synth-ai 0.2.17's streamer) would otherwise skip the points of a
+    step written after its read."""
+    points = [p for p in points if p[2] is not None]
+    if callable(getattr(reporter, "metrics", None)):
+        reporter.metrics(points)
+        return
+    for name, step, value, phase in points:
+        reporter.metric(name, step, value, phase=phase)
+
+
+def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any], evaluated: float | None) -> None:
     it = record["iteration"]
     names = {"reward.mean": "reward_mean", "reward.std": "reward_std", "loss": "loss",
              "clip_fraction": "clip_fraction", "kl": "kl", "response_tokens.mean": "response_tokens_mean",
              "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second", "kl_ref": "kl_ref"}
-    for metric, key in names.items():
-        if record.get(key) is not None:
-            reporter.metric(metric, it, record[key])
+    _write_metrics(reporter, [(metric, it, record.get(key), "train") for metric, key in names.items()]
+                   + [("eval.mean_return", it, evaluated, "eval")])
     if it % settings.log_interval == 0 or it + 1 == settings.iterations:
         reward = record.get("reward_mean")
         reporter.event("rl.train.step",
