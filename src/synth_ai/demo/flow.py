@@ -146,12 +146,11 @@ def _eval(runner: CommandRunner, step: str, config: Path, model: str, trace_db: 
 
 
 def _train(runner: CommandRunner, step: str, argv: list[str], job_ids: list[tuple[str, str]]) -> str:
-    doc = runner.run(step, argv)
-    job_id = _first(doc, "job_id", "id")
-    if not job_id:
-        raise JobFailedError(f"`synth-ai {' '.join(argv)}` did not report a job id.")
-    job_ids.append((str(job_id), step))
-    return str(job_id)
+    from synth_ai.client.resources import job_id_of
+
+    job_id = job_id_of(runner.run(step, argv), f"`synth-ai {' '.join(argv)}`")
+    job_ids.append((job_id, step))
+    return job_id
 
 
 def _follow(runner: CommandRunner, job_id: str, kind: str, api: str) -> str:
