@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from synth_ai import __version__
 from synth_ai.backend.auth import KeyChecker, accepted_keys, bearer_token, ensure_keys, environment_keys
 from synth_ai.backend.capabilities import training_capability
+from synth_ai.backend.dashboard_auth import LoginTokens, cookie_key
 from synth_ai.backend.db import Database
 from synth_ai.backend.errors import ApiError, error_body
 from synth_ai.backend.files import FileService
@@ -45,6 +46,7 @@ class Backend:
         self.jobs = JobStore(self.db)
         self.scheduler = Scheduler(settings, self.db)
         self.keys = KeyChecker(settings.data_dir)
+        self.login_tokens = LoginTokens()
         self.validation_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synth-ai-validate")
         self.blob_lock = threading.Lock()  # blob commit + row insert vs row delete + blob delete
         self._engine: Any = None
@@ -99,6 +101,8 @@ def get_backend(request: Request) -> Backend:
 def require_auth(request: Request) -> None:
     backend: Backend = request.app.state.backend
     token = bearer_token(request.headers.get("authorization"))
+    if token is None:  # the dashboard: its cookie, with the header a cross-site request cannot send
+        token = cookie_key(request.cookies, request.headers)
     if token is None:
         raise ApiError(401, "unauthorized", "Missing API key: send `Authorization: Bearer <key>`.",
                        hint=_key_hint(backend), headers={"WWW-Authenticate": "Bearer"})
@@ -166,11 +170,12 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
     def health() -> dict[str, Any]:
         return {"status": "ok", "service": "synth-ai-backend", "version": __version__, "training": training}
 
-    from synth_ai.backend.routes import env_keys, files, inference, learning, rl
+    from synth_ai.backend.routes import dashboard, env_keys, files, inference, learning, rl
 
     api_deps = [Depends(require_auth)]
-    for module in (files, learning, rl, inference, env_keys):
+    for module in (files, learning, rl, inference, env_keys, dashboard):
         app.include_router(module.router, prefix="/api", dependencies=api_deps)
+    dashboard.add_pages(app)
 
     @app.get("/api/health", dependencies=api_deps, include_in_schema=False)
     def api_health() -> dict[str, Any]:

@@ -40,6 +40,9 @@ ENV_VARS: dict[str, tuple[str, str]] = {
                           "1: a restarted backend resumes interrupted jobs from their last checkpoint; 0: fails them."),
     "max_attempts": ("SYNTH_AI_BACKEND_MAX_ATTEMPTS", "How many times a job's worker may be started in all."),
     "cancel_grace_s": ("SYNTH_AI_BACKEND_CANCEL_GRACE_S", "Seconds a worker gets to stop after a cancel before SIGKILL."),
+    "traces": ("SYNTH_AI_BACKEND_TRACES",
+               "Trace databases the dashboard's eval page reads: SQLite files or folders of them, separated by "
+               f"'{os.pathsep}' (`backend serve --traces` adds more); ./traces/v3 is always looked at."),
     "warm_worker": ("SYNTH_AI_BACKEND_WARM_WORKER",
                     "1: keep one worker process with the training stack imported, so a job's first step comes in "
                     "seconds (about 400 MB of memory while it waits); 0: every job starts a fresh process."),
@@ -82,10 +85,12 @@ class BackendSettings:
     max_attempts: int = 3
     cancel_grace_s: int = 15
     warm_worker: bool = True
+    traces: list[Path] = field(default_factory=list)
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, *, data_dir: Path | None = None, host: str | None = None, port: int | None = None) -> BackendSettings:
+    def load(cls, *, data_dir: Path | None = None, host: str | None = None, port: int | None = None,
+             traces: list[str] | None = None) -> BackendSettings:
         from synth_ai.env.backend_url import embedded_port
         from synth_ai.env.paths import data_dir as default_data_dir
 
@@ -100,6 +105,7 @@ class BackendSettings:
             max_attempts=_env_int(ENV_VARS["max_attempts"][0], 3, minimum=1),
             cancel_grace_s=_env_int(ENV_VARS["cancel_grace_s"][0], 15, minimum=0),
             warm_worker=_env_bool(ENV_VARS["warm_worker"][0], True),
+            traces=_trace_paths(traces),
         )
 
     # Layout -------------------------------------------------------------------------------------------------
@@ -141,6 +147,19 @@ class BackendSettings:
                 os.chmod(path, 0o700)
             except OSError:
                 pass
+
+
+def _trace_paths(flags: list[str] | None) -> list[Path]:
+    """--traces values, then $SYNTH_AI_BACKEND_TRACES entries, then ./traces/v3 (where `synth-ai eval` writes by
+    default), as absolute paths without duplicates; missing ones are kept (the eval page says they are missing)."""
+    raw = [*(flags or []), *os.environ.get(ENV_VARS["traces"][0], "").split(os.pathsep), "traces/v3"]
+    paths: list[Path] = []
+    for entry in raw:
+        if entry.strip():
+            path = Path(entry.strip()).expanduser().absolute()
+            if path not in paths:
+                paths.append(path)
+    return paths
 
 
 def state_paths(data_dir: Path) -> tuple[Path, Path, Path]:

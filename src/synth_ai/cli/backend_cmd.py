@@ -8,6 +8,8 @@ from synth_ai.cli.app import json_option, output_of
 
 HOST_HELP = "Interface to bind. 127.0.0.1 (default) keeps the backend private to this machine."
 PORT_HELP = "Port to listen on (default: $SYNTH_AI_BACKEND_PORT, else 8000)."
+TRACES_HELP = ("Trace database (SQLite file, or a folder of them) whose eval runs the dashboard shows; repeatable. "
+               "Adds to $SYNTH_AI_BACKEND_TRACES and ./traces/v3.")
 
 
 def register(app: typer.Typer) -> None:
@@ -22,13 +24,14 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
         port: int = typer.Option(None, "--port", min=1, max=65535, help=PORT_HELP),
         log_level: str = typer.Option("info", "--log-level", help="uvicorn log level: debug, info, warning, error."),
+        traces: list[str] = typer.Option(None, "--traces", help=TRACES_HELP),
     ) -> None:
-        """Run the backend in the foreground until Ctrl-C."""
+        """Run the backend (API and dashboard at /) in the foreground until Ctrl-C."""
         from synth_ai.backend.daemon import serve
         from synth_ai.backend.settings import BackendSettings
 
         out = output_of(ctx)
-        settings = BackendSettings.load(host=host, port=port)
+        settings = BackendSettings.load(host=host, port=port, traces=traces)
 
         def ready(state: dict) -> None:
             from synth_ai.backend.auth import keys_path
@@ -37,6 +40,7 @@ def register(app: typer.Typer) -> None:
                 return
             out.info(f"synth-ai backend listening on {state['url']} (API base {state['api_base']})")
             out.info(f"data dir {settings.data_dir}; API keys in {keys_path(settings.data_dir)}")
+            out.info("dashboard: run `synth-ai backend open` for a login link")
 
         serve(settings, log_level=log_level, on_ready=ready)
 
@@ -46,6 +50,7 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
         port: int = typer.Option(None, "--port", min=1, max=65535, help=PORT_HELP),
         timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for it to answer."),
+        traces: list[str] = typer.Option(None, "--traces", help=TRACES_HELP),
         json_flag: bool = json_option(),
     ) -> None:
         """Start the backend in the background (pid and log under the data dir)."""
@@ -53,7 +58,7 @@ def register(app: typer.Typer) -> None:
         from synth_ai.backend.settings import BackendSettings
 
         out = output_of(ctx, json_flag)
-        doc = start(BackendSettings.load(host=host, port=port), timeout=timeout)
+        doc = start(BackendSettings.load(host=host, port=port, traces=traces), timeout=timeout)
 
         def human(o) -> None:
             verb = "already running" if doc.get("already_running") else "started"
@@ -100,5 +105,26 @@ def register(app: typer.Typer) -> None:
         out.result(doc, human)
         if not (doc["running"] and doc["healthy"]):  # scripts test `synth-ai backend status` to decide to start one
             raise typer.Exit(int(ExitCode.UNAVAILABLE))
+
+    @group.command("open")
+    def open_cmd(
+        ctx: typer.Context,
+        no_browser: bool = typer.Option(False, "--no-browser", help="Only print the link; do not open a browser."),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Print a one-time login link to the running backend's dashboard (valid 2 minutes, once) and open it."""
+        from synth_ai.cli.dashboard_link import login_link, open_in_browser
+
+        out = output_of(ctx, json_flag)
+        doc = login_link()
+        doc["opened"] = False if no_browser else open_in_browser(doc["url"])
+
+        def human(o) -> None:
+            o.info(f"Dashboard login link (one use, expires in {doc['expires_in']} s):")
+            o.info(doc["url"])
+            if doc["opened"]:
+                o.info("Opened it in your browser.")
+
+        out.result(doc, human)
 
     app.add_typer(group, name="backend")

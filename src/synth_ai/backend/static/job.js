@@ -1,0 +1,129 @@
+// One job: facts, live charts, the event log, checkpoints and a "try it" chat with the resulting model.
+// Polls the ordinary JSON routes about once a second while the page is open.
+import { api, badge, duration, fail, h, poll, replace, table, when } from "./dom.js";
+import { Chart } from "./charts.js";
+import { messageNode } from "./evals.js";
+
+const POLL_MS = 1000;
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const PANELS = [
+  ["Loss", [["train.loss", "train"], ["val.loss", "validation"], ["loss", "RL loss"]]],
+  ["Learning rate", [["learning_rate", "learning rate"]]],
+  ["RL reward", [["reward.mean", "mean reward"]]],
+  ["Eval return", [["eval.mean_return", "mean return"]]],
+];
+const METRICS_PAGE = 5000;
+
+export function jobPage(root, jobId) {
+  const base = "/learning/jobs/" + encodeURIComponent(jobId);
+  const facts = h("div", { class: "facts", id: "job-facts" });
+  const charts = PANELS.map(([title, series]) => new Chart(title, series));
+  const eventsBody = h("tbody", {});
+  const checkpoints = h("div", { id: "checkpoints" }, h("p", { class: "muted" }, "None yet."));
+  const chat = h("div", { id: "chat-area" }, h("p", { class: "muted" }, "Available when the job succeeds."));
+  const error = h("div", {});
+  replace(root, h("h1", {}, "Job ", h("span", { class: "mono" }, jobId)), error, facts,
+    h("h2", {}, "Metrics"), h("div", { class: "charts" }, charts.map((c) => c.node)),
+    h("div", { class: "split" },
+      h("div", {}, h("h2", {}, "Events"), h("div", { class: "events" },
+        h("table", { id: "events" }, h("thead", {}, h("tr", {}, ["#", "Time", "Type", "Message"].map((t) =>
+          h("th", {}, t)))), eventsBody))),
+      h("div", {}, h("h2", {}, "Checkpoints"), checkpoints, h("h2", {}, "Result"), chat)));
+
+  const points = new Map(); // name -> Map(step -> value)
+  let nextSeq = 0, maxStep = -1, finalSeen = false, chatModel = null, lastCheckpoints = "";
+
+  async function loadMetrics() {
+    // Re-read from the last step seen: another metric of that same step may have been written since.
+    for (;;) {
+      const doc = await api(base + "/metrics?limit=" + METRICS_PAGE + "&after_step=" + Math.max(-1, maxStep - 1));
+      for (const p of doc.points) {
+        if (!points.has(p.name)) points.set(p.name, new Map());
+        points.get(p.name).set(p.step, p.value);
+      }
+      const top = doc.points.length ? doc.points[doc.points.length - 1].step : maxStep;
+      const progressed = top > maxStep;
+      maxStep = Math.max(maxStep, top);
+      if (doc.points.length < METRICS_PAGE || !progressed) break;
+    }
+    for (const chart of charts) chart.draw(points);
+  }
+
+  async function loadEvents() {
+    for (;;) {
+      const doc = await api(base + "/events?limit=500&since_seq=" + nextSeq);
+      for (const e of doc.events) {
+        eventsBody.append(h("tr", { class: "level-" + String(e.level).replace(/[^a-z]/g, "") },
+          h("td", {}, String(e.seq)), h("td", {}, when(e.created_at)), h("td", { class: "mono" }, e.type),
+          h("td", {}, e.message)));
+      }
+      nextSeq = doc.next_seq;
+      if (doc.events.length < 500) break;
+    }
+  }
+
+  async function loadCheckpoints() {
+    const doc = await api("/dashboard/jobs/" + encodeURIComponent(jobId) + "/checkpoints");
+    const shape = JSON.stringify(doc.checkpoints);
+    if (shape === lastCheckpoints || !doc.checkpoints.length) return;
+    lastCheckpoints = shape;
+    replace(checkpoints, table(["Step", "Saved", "On disk"], doc.checkpoints.map((c) => [
+      String(c.step), when(c.saved_at), c.on_disk ? "yes" : "pruned"])));
+  }
+
+  const stop = poll(async () => {
+    const job = await api(base);
+    replace(facts, ["status", "model", "type"].map((k) => h("span", {}, h("b", {}, k),
+      k === "status" ? badge(job.status) : String(job[k] || job.job_type || ""))),
+    h("span", {}, h("b", {}, "duration"), duration(job.started_at, job.finished_at)),
+    h("span", {}, h("b", {}, "created"), when(job.created_at)),
+    job.error ? h("span", { class: "error" }, h("b", {}, "error"), typeof job.error === "string" ? job.error
+      : JSON.stringify(job.error)) : null);
+    facts.setAttribute("data-status", job.status);
+    await Promise.all([loadMetrics(), loadEvents(), loadCheckpoints()]);
+    if (job.fine_tuned_model && chatModel !== job.fine_tuned_model) {
+      chatModel = job.fine_tuned_model;
+      replace(chat, chatBox(chatModel));
+    }
+    if (TERMINAL.has(job.status)) {
+      if (finalSeen) stop(); // one more round after the end, for the last points and events
+      finalSeen = true;
+    }
+  }, POLL_MS, (err) => fail(error, err));
+  return stop;
+}
+
+function chatBox(model) {
+  const history = [];
+  const log = h("div", { class: "log", id: "chat-log" });
+  const input = h("textarea", { id: "chat-input", placeholder: "Ask the model something…" });
+  const send = h("button", { id: "chat-send", type: "button" }, "Send");
+  const status = h("span", { class: "muted" });
+  send.addEventListener("click", async () => {
+    const text = input.value.trim();
+    if (!text) return;
+    history.push({ role: "user", content: text });
+    log.append(messageNode({ role: "user", parts: [{ kind: "text", text }] }));
+    input.value = "";
+    send.disabled = true;
+    status.textContent = " thinking…";
+    try {
+      const doc = await api("/inference/v1/chat/completions", { method: "POST",
+        body: { model, messages: history, max_tokens: 64, temperature: 0 } });
+      const reply = doc.choices[0].message;
+      const content = typeof reply.content === "string" ? reply.content : JSON.stringify(reply.content);
+      history.push({ role: "assistant", content });
+      log.append(messageNode({ role: "assistant", parts: [{ kind: "text", text: content }] }));
+      status.textContent = "";
+    } catch (err) {
+      history.pop();
+      status.textContent = " " + (err && err.message ? err.message : String(err));
+    } finally {
+      send.disabled = false;
+      log.scrollTop = log.scrollHeight;
+    }
+  });
+  return h("div", { class: "chat" }, h("p", {}, "Model ", h("span", { class: "mono", id: "chat-model" }, model),
+    " ", h("span", { class: "muted" }, "(served by this backend's inference endpoint)")),
+  log, input, send, status);
+}
