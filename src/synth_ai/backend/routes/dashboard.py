@@ -42,7 +42,7 @@ _STATIC_NAME = re.compile(r"^[a-z0-9_-]+\.(html|js|css|svg)$")
 
 LOGIN_REQUIRED = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>synth-ai: login required</title>
-<link rel="stylesheet" href="/dashboard/static/style.css"></head>
+<link rel="icon" href="data:,"><link rel="stylesheet" href="/dashboard/static/style.css"></head>
 <body><main class="notice"><h1>Login required</h1>
 <p>{why}</p>
 <p>Run <code>synth-ai backend open</code> on this machine: it prints a one-time login link (and opens it in your

@@ -1,0 +1,98 @@
+"""The dashboard's login over plain HTTP against a real `synth-ai backend serve`: no cookie means a login page,
+a one-time link (from `synth-ai backend open`) works once and expires, the cookie alone does not authenticate API
+calls without the dashboard header, and every page carries the CSP."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backend_support import BackendProcess
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("dash-auth") / "data"
+    proc = BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
+    yield proc
+    proc.stop()
+
+
+def _token(server: BackendProcess, **body) -> dict:
+    with server.client() as api:
+        response = api.post("/dashboard/login-token", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_no_cookie_means_login_required(server):
+    page = httpx.get(f"{server.url}/")
+    assert page.status_code == 401
+    assert "synth-ai backend open" in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert "'unsafe-inline'" not in page.headers["content-security-policy"]
+    assert httpx.get(f"{server.url}/api/learning/jobs").status_code == 401
+    assert httpx.post(f"{server.url}/api/dashboard/login-token").status_code == 401  # tokens need the API key
+
+
+def test_one_time_link_logs_in_once(server):
+    doc = _token(server)
+    assert server.key not in doc["url"] and doc["token"] != server.key
+    with httpx.Client() as browser:
+        first = browser.get(doc["url"])
+        assert first.status_code == 303 and first.headers["location"] == "/"
+        cookie = first.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie
+        assert browser.get(f"{server.url}/").status_code == 200
+        assert 'src="/dashboard/static/app.js"' in browser.get(f"{server.url}/").text
+        # the cookie authenticates API calls only with the header a cross-site request cannot send
+        assert browser.get(f"{server.url}/api/learning/jobs").status_code == 401
+        listed = browser.get(f"{server.url}/api/learning/jobs", headers={"X-Synth-Dashboard": "1"})
+        assert listed.status_code == 200 and listed.json()["object"] == "list"
+        # a cookie session cannot mint more login links
+        minted = browser.post(f"{server.url}/api/dashboard/login-token", headers={"X-Synth-Dashboard": "1"})
+        assert minted.status_code == 403
+    again = httpx.get(doc["url"])
+    assert again.status_code == 401 and "already used" in again.text
+    assert "set-cookie" not in again.headers
+
+
+def test_link_expires_and_bad_tokens_are_refused(server):
+    doc = _token(server, ttl_s=1)
+    time.sleep(1.3)
+    assert httpx.get(doc["url"]).status_code == 401
+    assert httpx.get(f"{server.url}/login?token=login_guess").status_code == 401
+    assert httpx.get(f"{server.url}/login").status_code == 401
+    with server.client() as api:
+        assert api.post("/dashboard/login-token", json={"ttl_s": 100000}).status_code == 400
+    forged = httpx.get(f"{server.url}/", cookies={"synth_dashboard": "sk_local_forged"})
+    assert forged.status_code == 401
+    assert httpx.get(f"{server.url}/api/learning/jobs", cookies={"synth_dashboard": "sk_local_forged"},
+                     headers={"X-Synth-Dashboard": "1"}).status_code == 401
+
+
+def test_static_files_are_served_and_confined(server):
+    script = httpx.get(f"{server.url}/dashboard/static/app.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert httpx.get(f"{server.url}/dashboard/static/..%2Fapp.py").status_code == 404
+    assert httpx.get(f"{server.url}/dashboard/static/missing.js").status_code == 404
+
+
+def test_backend_open_prints_a_working_link(server, cli, monkeypatch):
+    monkeypatch.setenv("SYNTH_AI_HOME", str(server.data_dir))
+    monkeypatch.delenv("DISPLAY", raising=False)
+    result = cli("backend", "open", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    assert doc["opened"] is False and doc["url"].startswith(f"{server.url}/login?token=")
+    assert server.key not in result.stdout
+    assert httpx.get(doc["url"]).status_code == 303
+
+
+def test_backend_open_without_a_backend_says_how_to_start_one(cli, tmp_path: Path):
+    result = cli("backend", "open")
+    assert result.exit_code == 10
+    assert "synth-ai backend start" in result.stderr
