@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from synth_ai.backend.db import Database
+from synth_ai.backend.jobs import JobStore
+
 from backend_support import (BackendProcess, build_tiny_models, chat_jsonl, job_status, link_tiny, sft_body, upload,
                              wait_for)
 from dashboard_support import HOSTILE, artifacts_dir, chromium_path, write_eval_traces
@@ -64,6 +67,10 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             assert _points(page, "Learning rate") >= 20
             assert _points(page, "RL reward") == 0  # an SFT job has no reward
             assert "sft.job.completed" in page.inner_text("#events")
+            # event messages are user-influenced: one with markup, written as a worker writes events
+            store = JobStore(Database(backend.data_dir / "backend" / "backend.sqlite3"))
+            store.add_event(job["id"], "sft.note", HOSTILE, {}, "warning")
+            store.db.close()
 
             # the chat box answers with the fine-tuned model
             model = api.get(f"/learning/jobs/{job['id']}").json()["fine_tuned_model"]
@@ -74,6 +81,10 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             page.wait_for_selector("#chat-log .msg.assistant", timeout=WAIT_MS)
             assert page.inner_text("#chat-log .msg.user").endswith("What is 2 plus 2?")
             page.screenshot(path=str(shots / "job-done-chat.png"), full_page=True)
+            page.reload()  # a fresh page reads the whole log, the event written after the end included
+            page.wait_for_selector("#events tr.level-warning", timeout=WAIT_MS)
+            assert HOSTILE in page.inner_text("#events tr.level-warning")
+            assert page.locator("#pwned").count() == 0 and page.title() != "pwned"
 
             page.goto(f"{backend.url}/#/files")
             page.wait_for_selector("#files", timeout=WAIT_MS)

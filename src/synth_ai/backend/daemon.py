@@ -190,6 +190,8 @@ def start(settings: BackendSettings, *, timeout: float = START_TIMEOUT_S) -> dic
     env = dict(os.environ)
     env["SYNTH_AI_HOME"] = str(settings.data_dir)
     cmd = [sys.executable, "-m", "synth_ai", "backend", "serve", "--host", settings.host, "--port", str(settings.port)]
+    for path in settings.traces:  # absolute already: the dashboard's trace databases as this command resolved them
+        cmd += ["--traces", str(path)]
     with open(log_file, "ab") as log:
         log.write(f"\n=== synth-ai backend start ({time.strftime('%Y-%m-%d %H:%M:%S')}) ===\n".encode())
         log.flush()
