@@ -4,6 +4,7 @@ calls without the dashboard header, and every page carries the CSP."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -11,12 +12,19 @@ import httpx
 import pytest
 
 from backend_support import BackendProcess
+from dashboard_support import write_eval_traces
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    data = tmp_path_factory.mktemp("dash-auth") / "data"
-    proc = BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
+    root = tmp_path_factory.mktemp("dash-auth")
+    traces = root / "traces"
+    traces.mkdir()
+    write_eval_traces(traces / "good.db", run_id="eval_http")
+    (traces / "junk.db").write_text("not sqlite")
+    env = {"SYNTH_AI_BACKEND_WARM_WORKER": "0",
+           "SYNTH_AI_BACKEND_TRACES": os.pathsep.join([str(traces), str(root / "missing.db")])}
+    proc = BackendProcess(root / "data", env=env).start()
     yield proc
     proc.stop()
 
@@ -96,3 +104,22 @@ def test_backend_open_without_a_backend_says_how_to_start_one(cli, tmp_path: Pat
     result = cli("backend", "open")
     assert result.exit_code == 10
     assert "synth-ai backend start" in result.stderr
+
+
+def test_eval_runs_from_configured_trace_databases(server):
+    with server.client() as api:
+        doc = api.get("/dashboard/evals").json()
+        assert [(r["run_id"], r["sessions"], r["mean_score"]) for r in doc["runs"]] == [("eval_http", 3, 0.5)]
+        by_path = {Path(s["path"]).name: s for s in doc["sources"]}
+        assert by_path["missing.db"]["exists"] is False
+        assert "not a readable SQLite trace database" in by_path["junk.db"]["error"]
+        run = doc["runs"][0]
+        seeds = api.get(f"/dashboard/evals/{run['db']}/runs/{run['run_id']}").json()["seeds"]
+        assert [(s["seed"], s["score"]) for s in seeds] == [(0, 1.0), (1, 0.0), (2, 0.5)]
+        session = api.get(f"/dashboard/evals/{run['db']}/sessions/{seeds[0]['session_id']}").json()
+        user, assistant = session["messages"]
+        assert [p["kind"] for p in user["parts"]] == ["image", "text"]
+        assert user["parts"][0]["url"].startswith("data:image/png;base64,")
+        assert assistant["parts"] == [{"kind": "text", "text": "The square is red."}]
+        assert api.get(f"/dashboard/evals/{run['db']}/runs/eval_nope").status_code == 404
+        assert api.get("/dashboard/evals/000000000000/sessions/x").status_code == 404
