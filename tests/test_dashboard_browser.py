@@ -6,6 +6,8 @@ to test-artifacts/dashboard/ (or $SYNTH_TEST_ARTIFACTS/dashboard/)."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from synth_ai.backend.db import Database
@@ -24,6 +26,16 @@ WAIT_MS = WAIT_S * 1000
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> list:
     return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data")
+
+
+@contextmanager
+def store_of(backend: BackendProcess):
+    """The backend's job store, opened from the test as a worker process opens it."""
+    store = JobStore(Database(backend.data_dir / "backend" / "backend.sqlite3"))
+    try:
+        yield store
+    finally:
+        store.db.close()
 
 
 def _points(page, title: str) -> int:
@@ -68,9 +80,8 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             assert _points(page, "RL reward") == 0  # an SFT job has no reward
             assert "sft.job.completed" in page.inner_text("#events")
             # event messages are user-influenced: one with markup, written as a worker writes events
-            store = JobStore(Database(backend.data_dir / "backend" / "backend.sqlite3"))
-            store.add_event(job["id"], "sft.note", HOSTILE, {}, "warning")
-            store.db.close()
+            with store_of(backend) as store:
+                store.add_event(job["id"], "sft.note", HOSTILE, {}, "warning")
 
             # the chat box answers with the fine-tuned model
             model = api.get(f"/learning/jobs/{job['id']}").json()["fine_tuned_model"]
@@ -85,6 +96,17 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             page.wait_for_selector("#events tr.level-warning", timeout=WAIT_MS)
             assert HOSTILE in page.inner_text("#events tr.level-warning")
             assert page.locator("#pwned").count() == 0 and page.title() != "pwned"
+
+            # an RL job's page (under /api/rl/jobs) charts reward and eval return; its rows written as its worker would
+            with store_of(backend) as store:
+                with store.db.tx() as conn:
+                    rl_id = store.insert(conn, kind="rl", training_type="rl_online", model=job["model"], payload={},
+                                         files=[])
+                store.add_metrics(rl_id, [("reward.mean", 0, 0.2, "train"), ("reward.mean", 1, 0.5, "train"),
+                                          ("loss", 0, 0.1, "train"), ("eval.mean_return", 1, 0.4, "eval")])
+            page.goto(f"{backend.url}/#/jobs/{rl_id}")
+            wait_for(lambda: _points(page, "RL reward") == 2, timeout=WAIT_S, interval=0.2, what="RL reward points")
+            assert _points(page, "Eval return") == 1 and _points(page, "Learning rate") == 0
 
             page.goto(f"{backend.url}/#/files")
             page.wait_for_selector("#files", timeout=WAIT_MS)

@@ -23,7 +23,7 @@ from synth_ai.backend.auth import bearer_token
 from synth_ai.backend.dashboard_auth import COOKIE, DEFAULT_TTL_S, MAX_TTL_S
 from synth_ai.backend.db import loads
 from synth_ai.backend.errors import ApiError
-from synth_ai.backend.routes.jobs_common import load_job
+from synth_ai.backend.routes.jobs_common import job_doc, load_job
 from synth_ai.errors import NotFoundError
 
 router = APIRouter(tags=["dashboard"])
@@ -110,6 +110,13 @@ def login_token(request: Request, body: Any = Body(None)) -> dict[str, Any]:
     token = get_backend(request).login_tokens.issue(key, float(ttl))
     base = str(request.base_url).rstrip("/")
     return {"token": token, "url": f"{base}/login?token={token}", "expires_in": ttl}
+
+
+@router.get("/dashboard/jobs/{job_id}")
+def job(request: Request, job_id: str) -> dict[str, Any]:
+    """A job of either kind (the page learns from `job_type` whether its routes are under /learning or /rl)."""
+    backend = get_backend(request)
+    return job_doc(backend, load_job(backend, job_id, None))
 
 
 @router.get("/dashboard/jobs/{job_id}/checkpoints")

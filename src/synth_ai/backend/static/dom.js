@@ -13,7 +13,7 @@ export async function api(path, { method = "GET", body } = {}) {
   const doc = await response.json().catch(() => ({}));
   if (!response.ok) {
     const err = doc && doc.error ? doc.error : {};
-    throw new Error(err.message || ("HTTP " + response.status));
+    throw Object.assign(new Error(err.message || ("HTTP " + response.status)), { status: response.status });
   }
   return doc;
 }

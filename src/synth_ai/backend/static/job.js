@@ -15,7 +15,7 @@ const PANELS = [
 const METRICS_PAGE = 5000;
 
 export function jobPage(root, jobId) {
-  const base = "/learning/jobs/" + encodeURIComponent(jobId);
+  let base = null; // its events and metrics: /learning/jobs/<id> (SFT) or /rl/jobs/<id>, once its kind is known
   const facts = h("div", { class: "facts", id: "job-facts" });
   const charts = PANELS.map(([title, series]) => new Chart(title, series));
   const eventsBody = h("tbody", {});
@@ -71,8 +71,14 @@ export function jobPage(root, jobId) {
       String(c.step), when(c.saved_at), c.on_disk ? "yes" : "pruned"])));
   }
 
+  async function loadJob() {
+    const job = await api("/dashboard/jobs/" + encodeURIComponent(jobId));
+    base = (job.job_type === "rl" ? "/rl/jobs/" : "/learning/jobs/") + encodeURIComponent(jobId);
+    return job;
+  }
+
   const stop = poll(async () => {
-    const job = await api(base);
+    const job = await loadJob();
     replace(facts, ["status", "model", "type"].map((k) => h("span", {}, h("b", {}, k),
       k === "status" ? badge(job.status) : String(job[k] || job.job_type || ""))),
     h("span", {}, h("b", {}, "duration"), duration(job.started_at, job.finished_at)),
