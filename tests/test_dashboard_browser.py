@@ -6,6 +6,7 @@ to test-artifacts/dashboard/ (or $SYNTH_TEST_ARTIFACTS/dashboard/)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
@@ -71,6 +72,11 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             page.wait_for_selector('#job-facts[data-status="created"]', timeout=WAIT_MS)
             assert _points(page, "Loss") == 0
             assert api.post(f"/learning/jobs/{job['id']}/start", json={}).status_code == 200
+            # meanwhile someone asks the base model (which also loads the inference engine while the job trains)
+            pool = ThreadPoolExecutor(1)
+            base_answer = pool.submit(api.post, "/inference/v1/chat/completions", json={
+                "model": job["model"], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+            pool.shutdown(wait=False)
             wait_for(lambda: _points(page, "Loss") > 0, timeout=WAIT_S, interval=0.2, what="loss points")
             page.screenshot(path=str(shots / "job-training.png"), full_page=True)
             assert job_status(api, job["id"]) != "created"
@@ -83,6 +89,7 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             with store_of(backend) as store:
                 store.add_event(job["id"], "sft.note", HOSTILE, {}, "warning")
 
+            assert base_answer.result(timeout=WAIT_S).status_code == 200
             # the chat box answers with the fine-tuned model
             model = api.get(f"/learning/jobs/{job['id']}").json()["fine_tuned_model"]
             page.wait_for_selector("#chat-input", timeout=WAIT_MS)
