@@ -53,6 +53,7 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
                             "use SFT here (synth-ai train --type sft).",
                        details={"model": clean["data"].get("base_model") or clean["data"].get("model")})
     _keep_key_out_of_payload(clean, backend.settings.data_dir)
+    _require_judge(clean["data"]["config"])
     data = clean["data"]
     model = data.get("base_model") or data.get("model")
     # Refuse now what the worker would fail on minutes later: no key, every key refused, nothing listening.
@@ -68,6 +69,19 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     response = idempotent_create(backend, request, body, create, "POST /rl/jobs")
     backend.scheduler.wake()
     return response
+
+
+def _require_judge(config: dict[str, Any]) -> None:
+    """A `[judge]` the worker could not call (invalid, or its provider's key missing here) is refused now."""
+    from synth_ai.backend.trainers.rl.judge import require_judge_key
+    from synth_ai.errors import InvalidInputError
+
+    try:
+        require_judge_key(config)
+    except InvalidInputError as exc:
+        code = "missing_judge_api_key" if "is not set in the backend's environment" in str(exc) else "invalid_judge"
+        raise ApiError(400, code, str(exc), hint=getattr(exc, "hint", None),
+                       details={"field": "data.config.judge"}) from None
 
 
 def _keep_key_out_of_payload(clean: dict[str, Any], data_dir) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from synth_ai.backend.trainers.rl.advantages import group_advantages
+from synth_ai.backend.trainers.rl.advantages import group_returns, turn_advantages
 from synth_ai.backend.trainers.rl.settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout, Sample
 from synth_ai.errors import InvalidInputError
@@ -37,22 +37,37 @@ class TrainStats:
     ref_kl: float | None = None
 
 
-def build_samples(rollouts: list[Rollout]) -> tuple[list[Sample], dict[str, int]]:
-    """Samples of every LLM call of every successful rollout in a group with reward variance, in a fixed order."""
+def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -> tuple[list[Sample], dict[str, int]]:
+    """Samples of every LLM call of every successful rollout in a group with reward variance, in a fixed order.
+    Each rollout's `reward` becomes its blended episode return (`advantages.group_returns`). With per-turn returns,
+    LLM call k of an episode takes turn k's advantage when the episode has one call per step; otherwise (counted in
+    `turns_unmatched`) all its calls take turn 0's, the whole episode's."""
+    weights = settings.rubric_weights if settings else {"env": 1.0, "event": 0.0, "outcome": 0.0}
+    judge = settings.judge if settings else None
+    per_turn = bool(settings and settings.step_rewards.active)
     groups: dict[int, list[Rollout]] = {}
     for r in rollouts:
         if r.ok:
             groups.setdefault(r.seed, []).append(r)
     samples: list[Sample] = []
-    zero_variance = 0
+    counts = {"groups": len(groups), "groups_zero_variance": 0, "turns_unmatched": 0}
     for seed in sorted(groups):
         members = sorted(groups[seed], key=lambda r: r.index)
-        advantages = group_advantages([float(r.reward) for r in members])
+        returns = group_returns(members, weights, judge, per_turn)
+        for rollout, row in zip(members, returns):
+            rollout.reward = row[0]
+        advantages = turn_advantages(returns)
         if advantages is None:
-            zero_variance += 1
+            counts["groups_zero_variance"] += 1
             continue
-        for rollout, advantage in zip(members, advantages):
+        for rollout, row in zip(members, advantages):
+            if len(row) > 1 and len(row) != len(rollout.calls):
+                counts["turns_unmatched"] += 1
+                row = row[:1]
             for call in rollout.calls:
+                advantage = row[min(call.index, len(row) - 1)] if len(row) > 1 else row[0]
+                if advantage is None:
+                    continue
                 for sampled in call.samples:
                     if not sampled.completion_ids:
                         continue
@@ -62,7 +77,8 @@ def build_samples(rollouts: list[Rollout]) -> tuple[list[Sample], dict[str, int]
                                           temperature=sampled.temperature or 1.0,
                                           vision_inputs=dict(sampled.vision_inputs), seed=seed,
                                           rollout_index=rollout.index, turn=call.index))
-    return samples, {"groups": len(groups), "groups_zero_variance": zero_variance, "samples": len(samples)}
+    counts["samples"] = len(samples)
+    return samples, counts
 
 
 class GSPOTrainer:
