@@ -50,7 +50,7 @@ def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -
         if r.ok:
             groups.setdefault(r.seed, []).append(r)
     samples: list[Sample] = []
-    counts = {"groups": len(groups), "groups_zero_variance": 0, "turns_unmatched": 0}
+    counts = {"groups": len(groups), "groups_zero_variance": 0, **({"turns_unmatched": 0} if per_turn else {})}
     for seed in sorted(groups):
         members = sorted(groups[seed], key=lambda r: r.index)
         returns = group_returns(members, weights, judge, per_turn)
