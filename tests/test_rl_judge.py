@@ -50,7 +50,9 @@ def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text
     assert len(server.requests) == 8  # 2 seeds x 4 rollouts, outcome judging only
     first = server.requests[0]
     assert first["body"]["model"] == "judge-model" and first["headers"]["authorization"] == f"Bearer {JUDGE_KEY}"
-    assert "What color is the" in first["body"]["messages"][1]["content"]
+    prompt = first["body"]["messages"][1]["content"]
+    assert "What color is the" in prompt
+    assert "0.5 right colour" in prompt  # no [judge].rubric: the rubric color-quiz advertises on /info
     # each rollout's graded reward, as the judge saw it; env_sparse with lambda 1: r + 1 when r > 0
     raw = [float(re.search(r'\\?"reward\\?": ([0-9.]+)', r["body"]["messages"][1]["content"]).group(1))
            for r in server.requests]
@@ -64,4 +66,5 @@ def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text
     assert "I cannot judge this." in failed[0]["message"] and "not 0" in failed[0]["message"]
     started = recorder.of("rl.train.started")[0]["data"]
     assert (started["step_rewards"], started["judge"]) == ("env_sparse", "openai:judge-model")
+    assert started["judge_rubrics"] == {"outcome": "task_app"}
     assert JUDGE_KEY not in json.dumps(recorder.events) + json.dumps(recorder.metrics)

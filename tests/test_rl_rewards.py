@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from synth_ai.backend.trainers.rl.advantages import group_returns, read_rewards, turn_advantages
-from synth_ai.backend.trainers.rl.judge import parse_score, require_judge_key, resolve_judge, transcript
+from synth_ai.backend.trainers.rl.judge import Judge, parse_score, require_judge_key, resolve_judge, transcript
 from synth_ai.backend.trainers.rl.step_rewards import StepRewardSettings, resolve_step_rewards, step_rewards
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.errors import InvalidInputError
@@ -148,7 +148,16 @@ def test_judge_settings_defaults_overrides_and_errors():
     local = resolve_judge({**JUDGE, "services": {"judge_url": "http://127.0.0.1:9/v1"},
                            "judge": {**JUDGE["judge"], "rubric": {"outcome": "Did it finish?"}}})
     assert local.url == "http://127.0.0.1:9/v1" and not local.key_required
-    assert local.rubrics["outcome"] == "Did it finish?"
+    assert local.rubrics == {"outcome": "Did it finish?"}
+    # rubric per kind: configured, else the task app's /info one, else the default wording
+    both = resolve_judge({"judge": {"rubric": {"events": {"criteria": "one unlock per turn"}}, "options": {
+        "provider": "openai", "model": "m", "rubric_overrides": "Be fair."}}})
+    assert both.rubrics == {"outcome": "Be fair.", "event": "Be fair."}
+    judge = Judge(resolve_judge({"judge": {"rubric": {"events": "Each step?"}, "options": {"provider": "openai",
+                                                                                           "model": "m"}}}),
+                  environ={}, task_rubrics={"outcome": "Win.", "event": "App events."})
+    assert judge.rubrics["outcome"] == "Win." and judge.rubrics["event"] == "Each step?"
+    assert judge.rubric_source == {"outcome": "task_app", "event": "config"}
     assert resolve_judge({"judge": {**JUDGE["judge"], "enabled": False}}) is None
     with pytest.raises(InvalidInputError, match=r"reward_blend\].event is 0.5 but event judging is off"):
         resolve_judge({"judge": {**JUDGE["judge"], "reward_blend": {"event": 0.5}}})

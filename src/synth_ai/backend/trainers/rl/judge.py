@@ -54,7 +54,7 @@ class JudgeSettings:
     key_required: bool  # False when the URL was overridden (a local or self-hosted judge)
     kinds: tuple[str, ...]
     blend: dict[str, float]  # env, event, outcome
-    rubrics: dict[str, str]
+    rubrics: dict[str, str]  # configured ones only; the task app's `/info` rubrics, then DEFAULT_RUBRICS, fill in
     timeout_s: float = DEFAULT_TIMEOUT_S
     concurrency: int = DEFAULT_CONCURRENCY
 
@@ -99,20 +99,23 @@ def resolve_judge(config: Mapping[str, Any]) -> JudgeSettings | None:
         concurrency=_int("[judge.options].max_concurrency", options.get("max_concurrency", DEFAULT_CONCURRENCY)))
 
 
-def _rubrics(judge: dict[str, Any], options: dict[str, Any]) -> dict[str, str]:
-    """Rubric text per kind: `[judge].rubric` (a string for both, or {outcome, event|events}), then
-    `[judge.options].rubric_overrides` (same shape) over it."""
-    texts = dict(DEFAULT_RUBRICS)
-    for source in (judge.get("rubric"), options.get("rubric_overrides")):
-        if isinstance(source, str) and source.strip():
-            texts = {k: source.strip() for k in KINDS}
-        elif isinstance(source, dict):
-            for kind, names in (("outcome", ("outcome",)), ("event", ("event", "events"))):
-                for name in names:
-                    value = source.get(name)
-                    if value:
-                        texts[kind] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+def rubric_texts(source: Any) -> dict[str, str]:
+    """Rubric text per kind from a string (both kinds) or {outcome, event|events} (a non-string value as JSON)."""
+    if isinstance(source, str) and source.strip():
+        return {k: source.strip() for k in KINDS}
+    texts: dict[str, str] = {}
+    if isinstance(source, dict):
+        for kind, names in (("outcome", ("outcome",)), ("event", ("event", "events"))):
+            for name in names:
+                value = source.get(name)
+                if value:
+                    texts[kind] = value.strip() if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return texts
+
+
+def _rubrics(judge: dict[str, Any], options: dict[str, Any]) -> dict[str, str]:
+    """The configured rubric texts: `[judge].rubric`, then `[judge.options].rubric_overrides` over it."""
+    return {**rubric_texts(judge.get("rubric")), **rubric_texts(options.get("rubric_overrides"))}
 
 
 def require_judge_key(config: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> JudgeSettings | None:
@@ -174,10 +177,24 @@ def transcript(response: dict[str, Any]) -> str:
     return text if len(text) <= TRANSCRIPT_CHARS else text[:TRANSCRIPT_CHARS] + "\n(…)"
 
 
-def judge_messages(settings: JudgeSettings, kind: str, response: dict[str, Any]) -> list[dict[str, str]]:
+def judge_messages(rubric: str, kind: str, response: dict[str, Any]) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"Rubric ({kind}): {settings.rubrics[kind]}\n\nTranscript:\n"
-                                        f"{transcript(response)}\n\nAnswer with the JSON object only."}]
+            {"role": "user", "content": f"Rubric ({kind}): {rubric}\n\nTranscript:\n{transcript(response)}\n\n"
+                                        "Answer with the JSON object only."}]
+
+
+def task_app_rubrics(task_url: str, api_key: str | None, timeout: float = 10.0) -> dict[str, str]:
+    """The rubrics the task app advertises on `GET /info` (`rubrics.outcome`, `rubrics.events`); {} when it gives
+    none or cannot say (the judge then uses its default wording)."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{task_url}/info", headers={"X-API-Key": api_key} if api_key else {}, timeout=timeout,
+                             follow_redirects=False)
+        doc = response.json() if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return rubric_texts(doc.get("rubrics")) if isinstance(doc, dict) else {}
 
 
 @dataclass
@@ -197,10 +214,14 @@ class JudgeReport:
 
 
 class Judge:
-    def __init__(self, settings: JudgeSettings, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, settings: JudgeSettings, environ: Mapping[str, str] | None = None,
+                 task_rubrics: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         env = os.environ if environ is None else environ
         self.api_key = (env.get(settings.key_env) or "").strip() or None
+        self.rubrics = {**DEFAULT_RUBRICS, **(task_rubrics or {}), **settings.rubrics}
+        self.rubric_source = {k: "config" if k in settings.rubrics else "task_app" if k in (task_rubrics or {})
+                              else "default" for k in settings.kinds}
 
     def _scrub(self, text: str) -> str:
         text = redact(text)  # every secret of the environment, then the judge's key wherever it came from
@@ -225,7 +246,8 @@ class Judge:
         from synth_ai.taskapp.inference import chat_completion
 
         s = self.settings
-        payload = {"model": s.model, "messages": judge_messages(s, kind, rollout.response), "temperature": 0.0,
+        payload = {"model": s.model, "messages": judge_messages(self.rubrics[kind], kind, rollout.response),
+                   "temperature": 0.0,
                    "max_tokens": 256}
         async with gate:
             report.calls += 1

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from synth_ai.backend.trainers.rl.judge import Judge, require_judge_key
+from synth_ai.backend.trainers.rl.judge import Judge, require_judge_key, task_app_rubrics
 from synth_ai.backend.trainers.rl.reward_report import judge_rollouts as _judge
 from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_config
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
@@ -68,7 +68,8 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
     runner = RolloutRunner(settings, engine, api_key, should_stop)
-    judge = Judge(require_judge_key(spec_config(spec))) if settings.judge is not None else None
+    judge = Judge(require_judge_key(spec_config(spec)), task_rubrics=task_app_rubrics(settings.task_url, api_key)) \
+        if settings.judge is not None else None
     reporter.event("rl.train.started",
                    f"GSPO on {settings.model_id} ({settings.mode}) for {settings.iterations} iterations: "
                    f"{settings.batch_size} seeds x {settings.group_size} rollouts, task app {settings.task_url} "
@@ -82,7 +83,8 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                     "dtype": trainer.dtype_name, "trainable_params": trainer.trainable_count,
                     "vision": trainer.vision, "seed": settings.seed,
                     "step_rewards": settings.step_rewards.mode if settings.step_rewards.active else "off",
-                    "judge": f"{settings.judge.provider}:{settings.judge.model}" if settings.judge else None})
+                    "judge": f"{settings.judge.provider}:{settings.judge.model}" if settings.judge else None,
+                    "judge_rubrics": judge.rubric_source if judge else None})
 
     failed_in_a_row = 0
     last_eval: float | None = state.get("last_eval")
