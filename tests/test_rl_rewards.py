@@ -135,6 +135,8 @@ def test_read_rewards_keeps_the_answer_only_for_a_judge():
     read_rewards(rollout, doc, SimpleNamespace(**{**vars(settings), "judge": object()}))
     assert rollout.response is doc
     assert "turn 0" in transcript(doc) and "decision_rewards" not in transcript(doc)  # meta is left out
+    doc["trajectories"][0]["steps"][0]["obs"]["image"] = "data:image/png;base64," + "A" * 5000
+    assert '"image": "<image>"' in transcript(doc) and "AAAA" not in transcript(doc)
 
 
 JUDGE = {"judge": {"timeout_s": 5, "options": {"provider": "groq", "model": "llama-judge", "event": False}}}

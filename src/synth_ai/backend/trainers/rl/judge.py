@@ -162,16 +162,27 @@ def parse_score(text: Any) -> float | None:
     return None
 
 
+def _without_images(value: Any) -> Any:
+    """Images (data URLs) become "<image>": the judge reads text, and base64 would crowd it out."""
+    if isinstance(value, str):
+        return "<image>" if value.startswith("data:") else value
+    if isinstance(value, dict):
+        return {k: _without_images(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_images(v) for v in value]
+    return value
+
+
 def transcript(response: dict[str, Any]) -> str:
-    """The rollout's steps as the judge reads them: observation, tool calls and info of each (rewards and the
-    trainer's bookkeeping left out), shortened to fit."""
+    """The rollout's steps as the judge reads them: observation, tool calls and info of each (the step's `reward`
+    field, `info.meta` and images left out), shortened to fit."""
     from synth_ai.backend.trainers.rl.step_rewards import steps_of
 
     lines = []
     for t, step in enumerate(steps_of(response)):
         info = {k: v for k, v in (step.get("info") or {}).items() if k != "meta"} \
             if isinstance(step.get("info"), dict) else {}
-        shown = {"observation": step.get("obs"), "tool_calls": step.get("tool_calls"), "info": info}
+        shown = _without_images({"observation": step.get("obs"), "tool_calls": step.get("tool_calls"), "info": info})
         lines.append(f"Step {t}: " + json.dumps(shown, default=str, sort_keys=True)[:STEP_CHARS])
     text = "\n".join(lines) or "(no steps)"
     return text if len(text) <= TRANSCRIPT_CHARS else text[:TRANSCRIPT_CHARS] + "\n(…)"
