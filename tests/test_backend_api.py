@@ -415,7 +415,6 @@ def test_an_unexpected_error_never_echoes_a_key(tmp_path):
 
 def test_rl_create_refuses_a_judge_whose_provider_key_the_backend_lacks(api, backend):
     """Refused at create (before any task-app probe or job), naming the variable, not ten minutes into the run."""
-    assert "GEMINI_API_KEY" not in os.environ  # the backend was started with this process's environment
     before = api.get("/rl/jobs").json()["data"]
     config = {"algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"},
               "judge": {"options": {"provider": "gemini", "model": "gemini-2.5-flash"}}}
