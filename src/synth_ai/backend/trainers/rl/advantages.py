@@ -116,8 +116,8 @@ def group_returns(members: list[Any], weights: dict[str, float], judge: Any = No
                 judge_terms[i] += judge.blend[kind] * m.judge.get(kind, fill)
     out = []
     for m, judged in zip(members, judge_terms):
-        if not m.parts:  # a rollout scored elsewhere (tests): its reward is its return
-            out.append([float(m.reward) * env_scale + judged])
+        if not m.parts:  # scored without a /rollout answer: its reward is its env-side return
+            out.append([env_scale * float(m.reward) + judged])
             continue
         fixed = weights.get("event", 0.0) * m.parts["event"] + weights.get("outcome", 0.0) * m.parts["outcome"]
         if step_rewards_on:

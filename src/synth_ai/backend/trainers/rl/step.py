@@ -39,11 +39,10 @@ class TrainStats:
 
 def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -> tuple[list[Sample], dict[str, int]]:
     """Samples of every LLM call of every successful rollout in a group with reward variance, in a fixed order.
-    Each rollout's `reward` becomes its blended episode return (`advantages.group_returns`). With per-turn returns,
+    With `settings`, each rollout's `reward` becomes its blended episode return (`advantages.group_returns`);
+    without, the rollouts' rewards are taken as they are. With per-turn returns,
     LLM call k of an episode takes turn k's advantage when the episode has one call per step; otherwise (counted in
     `turns_unmatched`) all its calls take turn 0's, the whole episode's."""
-    weights = settings.rubric_weights if settings else {"env": 1.0, "event": 0.0, "outcome": 0.0}
-    judge = settings.judge if settings else None
     per_turn = bool(settings and settings.step_rewards.active)
     groups: dict[int, list[Rollout]] = {}
     for r in rollouts:
@@ -53,9 +52,12 @@ def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -
     counts = {"groups": len(groups), "groups_zero_variance": 0, **({"turns_unmatched": 0} if per_turn else {})}
     for seed in sorted(groups):
         members = sorted(groups[seed], key=lambda r: r.index)
-        returns = group_returns(members, weights, judge, per_turn)
-        for rollout, row in zip(members, returns):
-            rollout.reward = row[0]
+        if settings is None:  # rewards already final (set by the caller)
+            returns = [[float(r.reward)] for r in members]
+        else:
+            returns = group_returns(members, settings.rubric_weights, settings.judge, per_turn)
+            for rollout, row in zip(members, returns):
+                rollout.reward = row[0]
         advantages = turn_advantages(returns)
         if advantages is None:
             counts["groups_zero_variance"] += 1
