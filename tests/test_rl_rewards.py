@@ -185,3 +185,24 @@ def test_a_missing_key_is_refused_naming_the_variable_and_the_key_never_echoed()
 ])
 def test_parse_score(text, score):
     assert parse_score(text) == score
+
+
+def test_the_docs_example_validates_and_reads_as_documented(tmp_path):
+    """The `[training.rewards]` + `[judge]` example in docs/rl.md, added to an RL example config."""
+    import re
+
+    from conftest import REPO_ROOT
+
+    from synth_ai.config.common import ResolveContext
+    from synth_ai.config.loader import load_config
+
+    docs = (REPO_ROOT / "docs" / "rl.md").read_text()
+    snippet = re.search(r"```toml\n(\[training\.rewards\].*?)```", docs, re.DOTALL).group(1)
+    path = tmp_path / "rl.toml"
+    path.write_text((REPO_ROOT / "examples/configs/rl_text_qwen3_4b.toml").read_text() + "\n" + snippet)
+    config = load_config(path, None, ResolveContext(environ={})).resolved
+    steps = resolve_step_rewards(config["training"])
+    assert (steps.active, steps.mode, steps.kind, steps.indicator_lambda) == (True, "decision_stepwise", "unique", 0.5)
+    judge = resolve_judge(config)
+    assert (judge.provider, judge.kinds, judge.blend) == ("groq", ("outcome",), {"env": 1.0, "outcome": 0.5,
+                                                                                 "event": 0.0})
