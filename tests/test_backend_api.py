@@ -411,3 +411,27 @@ def test_an_unexpected_error_never_echoes_a_key(tmp_path):
         response = client.get("/api/boom", headers={"Authorization": f"Bearer {key}"})
     assert response.status_code == 500
     assert "could not use" in response.text and key not in response.text
+
+
+def test_rl_create_refuses_a_judge_whose_provider_key_the_backend_lacks(api, backend):
+    """Refused at create (before any task-app probe or job), naming the variable, not ten minutes into the run."""
+    before = api.get("/rl/jobs").json()["data"]
+    config = {"algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"},
+              "judge": {"options": {"provider": "gemini", "model": "gemini-2.5-flash"}}}
+    body = {"job_type": "rl", "data": {"endpoint_base_url": "http://127.0.0.1:9", "base_model": "Qwen/Qwen3-4B",
+                                       "config": config}}
+    response = api.post("/rl/jobs", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "missing_judge_api_key"
+    assert "GEMINI_API_KEY is not set in the backend's environment" in response.json()["detail"]
+    config["judge"]["options"]["provider"] = "anthropic"
+    bad = api.post("/rl/jobs", json=body)
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_judge"
+    assert "provider must be one of openai, groq, gemini" in bad.json()["detail"]
+    assert api.get("/rl/jobs").json()["data"] == before
+    training = {"step_rewards_enabled": True, "step_rewards_mode": "dense"}
+    wrong_mode = api.post("/rl/jobs", json={**body, "data": {**body["data"], "config": {**config, "judge": None,
+                                                                                          "training": training}}})
+    assert wrong_mode.status_code == 400 and "[training].step_rewards_mode must be one of off, env_sparse, " \
+        "decision_stepwise (found 'dense')" in wrong_mode.json()["detail"]

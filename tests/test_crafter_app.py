@@ -300,3 +300,22 @@ def test_tracing_records_achievement_rewards(tmp_path: Path, monkeypatch: pytest
     assert events == [("cais",), ("environment",)]
     assert rewards == [(1.0, "achievement_delta", "environment")]  # collect_sapling
     assert outcome == [(1, 1, 1)]
+
+
+def test_decision_records_for_step_rewards(app_url: str) -> None:
+    """With `policy.config.step_rewards` (decision_stepwise, as the RL trainer forwards it) every step carries the
+    reference's decision record; the trainer's unique / absolute step rewards read it. Without it: no record."""
+    from synth_ai.backend.trainers.rl.step_rewards import StepRewardSettings, step_rewards
+
+    replies = [{"actions": CHOP}, {"actions": ["move_left"] + ["do"] * 7}, {"actions": ["do"] * 8}]
+    asked = {"step_rewards": {"enabled": True, "mode": "decision_stepwise"}}
+    with model_replying(replies) as (base, _model):
+        doc = rollout(app_url, base, env_config={}, policy=asked).json()
+    records = [s["info"]["meta"]["decision_rewards"] for s in doc["trajectories"][0]["steps"]]
+    assert [(r["turn"], r["unique_delta"], r["ach_delta"]) for r in records] == [(0, 1, 1), (1, 1, 2), (2, 0, 0)]
+    assert records[1]["all"] == ["collect_sapling", "collect_wood"] and records[1]["unique"] == ["collect_wood"]
+    assert step_rewards(doc, StepRewardSettings(True, "decision_stepwise", "unique")) == [1.0, 1.0, 0.0]
+    assert step_rewards(doc, StepRewardSettings(True, "decision_stepwise", "absolute")) == [1.0, 2.0, 0.0]
+    with model_replying(replies) as (base, _model):
+        plain = rollout(app_url, base, policy={"max_turns": 1}).json()
+    assert all("decision_rewards" not in s["info"]["meta"] for s in plain["trajectories"][0]["steps"])

@@ -48,7 +48,8 @@ def spec(url: str, model: str, mode: str, **rollout: Any) -> dict[str, Any]:
                     "max_concurrent_rollouts": 2, **rollout,
                     "policy_config": {"temperature": 1.0, "max_tokens": 24}},
         "training": {"num_epochs": 1, "iterations_per_epoch": 1, "max_turns": 3, "batch_size": 1, "group_size": 2,
-                     "learning_rate": 1e-3, "weight_sync_interval": 1, "log_interval": 1}}}}
+                     "learning_rate": 1e-3, "weight_sync_interval": 1, "log_interval": 1,
+                     "rewards": {"step_rewards_enabled": True, "step_rewards_mode": "decision_stepwise"}}}}}
 
 
 @pytest.mark.parametrize(("model", "mode", "rollout"), [
@@ -90,6 +91,15 @@ def test_crafter_turns_are_recorded_and_train_on_policy(store: ModelStore, craft
                 assert ("CRAFTER GAME STATE" in text) != bool(rollout.get("image_only_mode"))
             else:
                 assert not sample.vision_inputs and image_pad not in sample.prompt_ids
+
+    # step rewards: one r_t per turn; LLM call k takes turn k's advantage (the tiny models unlock nothing: given here)
+    assert settings.policy_config["step_rewards"]["mode"] == "decision_stepwise"  # forwarded to the app
+    assert [len(r.step_rewards) for r in rollouts] == [3, 3]
+    rollouts[0].step_rewards, rollouts[1].step_rewards = [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+    per_turn, counts = build_samples(rollouts, settings)
+    assert counts["turns_unmatched"] == 0 and counts["groups_zero_variance"] == 0
+    # returns to go: [1, 0, 0] vs [0, 0, 0]: only turn 0 differs, so only the first call of each episode trains
+    assert [(s.rollout_index, s.turn, round(s.advantage, 3)) for s in per_turn] == [(0, 0, 1.0), (1, 0, -1.0)]
 
     # the tiny models score 0 at Crafter: give the group rewards that differ so the step has advantages
     rollouts[0].reward, rollouts[1].reward = 1.0, 0.0

@@ -46,3 +46,24 @@ def test_embedded_inference_refuses_calls_without_the_key(backend: BackendProces
     body = {"model": "synth-ai/tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     response = httpx.post(f"{backend.url}/api/inference/v1/chat/completions", json=body, timeout=60)
     assert response.status_code == 401
+
+
+def test_the_tiny_model_as_an_rl_judge_gives_no_score_and_that_is_counted(backend: BackendProcess,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[judge.options].base_url` pointed at this backend's inference endpoint (tiny model as the "provider"): the
+    calls go through with the backend's key, the garbage answers are counted as unparseable, and the rollout keeps
+    no judge score (it is never scored 0)."""
+    from synth_ai.backend.trainers.rl.judge import Judge, require_judge_key
+    from synth_ai.backend.trainers.rl.types import Rollout
+
+    monkeypatch.setenv("SYNTH_API_KEY", backend.key)
+    monkeypatch.delenv("GROQ_API_KEY", raising=False)
+    config = {"judge": {"timeout_s": 120, "options": {"provider": "groq", "model": TINY_TEXT,
+                                                      "base_url": f"{backend.url}/api/inference/v1"}}}
+    settings = require_judge_key(config)  # overridden URL: no provider key needed
+    rollout = Rollout(seed=0, index=0, cid="c0", reward=1.0, response={"trajectories": [{"steps": [
+        {"obs": {"question": "What color is the sky?"}, "tool_calls": [], "info": {"answer": "The sky is blue."}}]}]})
+    report = Judge(settings).score([rollout])
+    assert report.calls == 2 and report.scores == [] and rollout.judge == {}  # outcome and event, both unusable
+    assert report.failures == {"unparseable": 2}, report.first_error
+    assert "no score in [0, 1]" in report.first_error

@@ -160,6 +160,11 @@ class CrafterEpisode:
         self.unlocked.extend(newly)
         return ActionResult(action=action, crafter_reward=float(reward), unlocked=newly, done=self.done)
 
+    @property
+    def achievement_counts(self) -> dict[str, int]:
+        """How many times each achievement has been achieved so far in the episode."""
+        return {name: int(count) for name, count in (self._info.get("achievements") or {}).items()}
+
     # ----- what the model sees -----
 
     @property

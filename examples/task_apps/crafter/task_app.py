@@ -7,7 +7,10 @@ multimodal message (`image_only_mode` sends the image alone; `max_images_per_mes
 after each action of the previous turn, newest last). It answers by calling `interact_many` with 1–8 actions.
 
 Rewards: a step's reward is the number of achievements unlocked for the first time during that turn; the
-outcome is the number of distinct achievements unlocked in the episode.
+outcome is the number of distinct achievements unlocked in the episode. When `policy.config.step_rewards` asks for
+it (`enabled`, mode "decision_stepwise", as the RL trainer sends), each step's `info.meta.decision_rewards` holds
+the reference's decision record: `unique_delta` (first-time unlocks), `ach_delta` (every achievement achieved in the
+turn, repeats included), `all`, `unique`.
 
 Request knobs:
 - `env.seed` (or `env.config.seed`; default 42), `env.config`: `area` [64, 64] (sides 1..256),
@@ -344,9 +347,11 @@ async def _turn(settings: RolloutSettings, episode: Any, turn: int, frames: list
     completion = await chat_completion(settings.inference_url, payload, timeout=max(1.0, timeout_s))
     actions, rejected, recorded_calls = _requested_actions(completion)
 
-    unlocked_before = len(episode.unlocked)
+    unlocked_before, counts_before = len(episode.unlocked), episode.achievement_counts
     results = await asyncio.to_thread(_play, episode, actions[:settings.max_actions])
     unlocked = episode.unlocked[unlocked_before:]
+    achieved = {name: count - counts_before.get(name, 0) for name, count in episode.achievement_counts.items()
+                if count > counts_before.get(name, 0)}
     message = (completion.get("choices") or [{}])[0].get("message") or {}
     info = {
         "meta": {
@@ -364,9 +369,18 @@ async def _turn(settings: RolloutSettings, episode: Any, turn: int, frames: list
         "world_step": episode.steps,
         "assistant": {"content": message.get("content"), "tool_calls": message.get("tool_calls") or []},
     }
+    if _decision_records_asked(settings.policy):  # the reference's shape, read by RL trainers' step rewards
+        info["meta"]["decision_rewards"] = {"turn": turn, "ach_delta": sum(achieved.values()),
+                                            "unique_delta": len(unlocked), "all": sorted(achieved),
+                                            "unique": list(unlocked)}
     step = {"obs": obs, "tool_calls": recorded_calls, "reward": float(len(unlocked)), "done": episode.done,
             "truncated": False, "info": info}
     return step, [frame for _, frame in results] or [episode.frame]
+
+
+def _decision_records_asked(policy: dict[str, Any]) -> bool:
+    asked = policy.get("step_rewards")
+    return isinstance(asked, dict) and bool(asked.get("enabled")) and asked.get("mode") == "decision_stepwise"
 
 
 def _response(request: RolloutRequest, settings: RolloutSettings, episode: Any, steps: list[dict[str, Any]],

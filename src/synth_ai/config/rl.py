@@ -164,6 +164,7 @@ class JudgeOptions(BaseModel):
     tracks: StringList | None = None
     weights: dict[str, Any] | None = None
     max_concurrency: PositiveInt | None = None
+    base_url: str | None = None  # embedded backend: an OpenAI-compatible judge server instead of the provider's
 
 
 class JudgeSection(BaseModel):

@@ -53,6 +53,7 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
                             "use SFT here (synth-ai train --type sft).",
                        details={"model": clean["data"].get("base_model") or clean["data"].get("model")})
     _keep_key_out_of_payload(clean, backend.settings.data_dir)
+    _check_reward_settings(clean["data"]["config"])
     data = clean["data"]
     model = data.get("base_model") or data.get("model")
     # Refuse now what the worker would fail on minutes later: no key, every key refused, nothing listening.
@@ -68,6 +69,25 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     response = idempotent_create(backend, request, body, create, "POST /rl/jobs")
     backend.scheduler.wake()
     return response
+
+
+def _check_reward_settings(config: dict[str, Any]) -> None:
+    """Step-reward keys the trainer would refuse, or a `[judge]` it could not call (invalid, or its provider's key
+    missing from this backend's environment), are refused now rather than when the worker starts."""
+    from synth_ai.backend.trainers.rl.judge import require_judge_key
+    from synth_ai.backend.trainers.rl.step_rewards import resolve_step_rewards
+    from synth_ai.errors import InvalidInputError
+
+    training = config.get("training") if isinstance(config.get("training"), dict) else {}
+    try:
+        resolve_step_rewards(training)
+    except InvalidInputError as exc:
+        raise ApiError(400, "invalid_job", exc.message, details={"field": "data.config.training"}) from None
+    try:
+        require_judge_key(config)
+    except InvalidInputError as exc:
+        code = "missing_judge_api_key" if "is not set in the backend's environment" in exc.message else "invalid_judge"
+        raise ApiError(400, code, exc.message, hint=exc.hint, details={"field": "data.config.judge"}) from None
 
 
 def _keep_key_out_of_payload(clean: dict[str, Any], data_dir) -> None:

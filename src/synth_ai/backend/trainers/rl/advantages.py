@@ -1,4 +1,4 @@
-"""Episode rewards from a rollout response, and group-normalised advantages.
+"""Episode rewards from a rollout response, the returns they make, and group-normalised advantages.
 
 Reward of an episode = w_env * env + w_event * event + w_outcome * outcome (`[rubric].weights`, default env only):
 - env: the episode's return (`metrics.mean_return`, else the mean of `metrics.episode_returns`, else the sum of the
@@ -6,14 +6,24 @@ Reward of an episode = w_env * env + w_event * event + w_outcome * outcome (`[ru
 - event: the sum of per-step rewards (`metrics.events_score` when the app gives one);
 - outcome: `metrics.outcome_score` (else the last trajectory's `final.reward`).
 
-Advantages: within a group (same seed), A_i = (r_i - mean) / (std + eps) over the rollouts that succeeded. A group
-whose rewards are all equal carries no signal and is skipped (counted); failed rollouts are not in any group.
+Returns (`group_returns`): with step rewards on (`step_rewards.py`), the env part of turn t is the reward to go
+sum_{k>=t} r_k (so turn t is credited with what followed it, and turn 0 with the whole episode); otherwise every
+turn shares the episode's reward. With a `[judge]`, the return is
+blend.env * (that) + blend.outcome * judge_outcome + blend.event * judge_event, where a rollout without a judge score
+of a kind (the call failed) takes its group's mean score of that kind (0 when nobody in the group has one), so a
+missing score moves its advantage neither way.
+
+Advantages: within a group (same seed), A_i = (r_i - mean) / (std + eps) over the rollouts that succeeded; with
+per-turn returns, separately for each turn index over the members that reached it. A group (or turn) whose returns
+are all equal carries no signal and is skipped (counted); failed rollouts are not in any group.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from synth_ai.backend.trainers.rl.step_rewards import step_rewards
 
 ZERO_STD = 1e-6
 NORM_EPS = 1e-4
@@ -78,3 +88,59 @@ def group_advantages(rewards: list[float]) -> list[float] | None:
     if std < ZERO_STD:
         return None
     return [(r - mean) / (std + NORM_EPS) for r in rewards]
+
+
+def read_rewards(rollout: Any, response: Any, settings: Any) -> None:
+    """Fill a rollout's reward parts, rubric-weighted reward and step rewards from its /rollout answer (raises
+    InvalidRollout); the answer is kept while a judge still has to read it."""
+    rollout.parts = reward_parts(response)
+    rollout.reward = sum(settings.rubric_weights.get(k, 0.0) * v for k, v in rollout.parts.items())
+    rollout.step_rewards = step_rewards(response, settings.step_rewards)
+    rollout.response = response if settings.judge is not None else None
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def group_returns(members: list[Any], weights: dict[str, float], judge: Any = None,
+                  step_rewards_on: bool = False) -> list[list[float]]:
+    """Per member, its return per turn (one entry when returns are per episode). See the module's docstring."""
+    judge_terms = [0.0] * len(members)
+    env_scale = 1.0
+    if judge is not None:
+        env_scale = judge.blend["env"]
+        for kind in judge.kinds:
+            fill = _mean([m.judge[kind] for m in members if kind in m.judge])
+            for i, m in enumerate(members):
+                judge_terms[i] += judge.blend[kind] * m.judge.get(kind, fill)
+    out = []
+    for m, judged in zip(members, judge_terms):
+        if not m.parts:  # scored without a /rollout answer: its reward is its env-side return
+            out.append([env_scale * float(m.reward) + judged])
+            continue
+        fixed = weights.get("event", 0.0) * m.parts["event"] + weights.get("outcome", 0.0) * m.parts["outcome"]
+        if step_rewards_on:
+            to_go, total = [], 0.0
+            for r in reversed(m.step_rewards or [0.0]):
+                total += r
+                to_go.append(total)
+            env_parts = to_go[::-1]
+        else:
+            env_parts = [m.parts["env"]]
+        out.append([env_scale * (weights.get("env", 0.0) * e + fixed) + judged for e in env_parts])
+    return out
+
+
+def turn_advantages(returns: list[list[float]]) -> list[list[float | None]] | None:
+    """Advantages per member per turn (None where its turn had no signal), or None when the group has none."""
+    out: list[list[float | None]] = [[None] * len(r) for r in returns]
+    signal = False
+    for t in range(max((len(r) for r in returns), default=0)):
+        members = [i for i, r in enumerate(returns) if len(r) > t]
+        advantages = group_advantages([returns[i][t] for i in members])
+        if advantages is not None:
+            signal = True
+            for i, a in zip(members, advantages):
+                out[i][t] = a
+    return out if signal else None

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.trainers.rl.judge import Judge, require_judge_key, task_app_rubrics
+from synth_ai.backend.trainers.rl.reward_report import judge_rollouts as _judge
+from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_config
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
 from synth_ai.backend.trainers.rl.settings import RLSettings, resolve_rl_settings
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
@@ -65,6 +68,8 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
     runner = RolloutRunner(settings, engine, api_key, should_stop)
+    judge = Judge(require_judge_key(spec_config(spec)), task_rubrics=task_app_rubrics(settings.task_url, api_key)) \
+        if settings.judge is not None else None
     reporter.event("rl.train.started",
                    f"GSPO on {settings.model_id} ({settings.mode}) for {settings.iterations} iterations: "
                    f"{settings.batch_size} seeds x {settings.group_size} rollouts, task app {settings.task_url} "
@@ -76,7 +81,10 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                     "weight_sync_interval": settings.weight_sync_interval, "concurrency": settings.concurrency,
                     "task_url": settings.task_url, "policy_url": runner.policy_url, "device": trainer.where.device,
                     "dtype": trainer.dtype_name, "trainable_params": trainer.trainable_count,
-                    "vision": trainer.vision, "seed": settings.seed})
+                    "vision": trainer.vision, "seed": settings.seed,
+                    "step_rewards": settings.step_rewards.mode if settings.step_rewards.active else "off",
+                    "judge": f"{settings.judge.provider}:{settings.judge.model}" if settings.judge else None,
+                    "judge_rubrics": judge.rubric_source if judge else None})
 
     failed_in_a_row = 0
     last_eval: float | None = state.get("last_eval")
@@ -102,13 +110,15 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                     raise TaskAppUnavailable(f"every rollout of iteration {it} failed: {failed[0].error}")
                 continue
             failed_in_a_row = 0
-            samples, counts = build_samples(rollouts)
+            judged = _judge(judge, rollouts, reporter, it) if judge is not None else None
+            samples, counts = build_samples(rollouts, settings)
             t_train = time.perf_counter()
             stats = trainer.train(samples) if samples else None
             train_s = time.perf_counter() - t_train
             if (it + 1) % settings.weight_sync_interval == 0:
                 engine.sync_weights()
             record = _iteration_record(it, rollouts, counts, stats, rollout_s, train_s)
+            record.update(reward_extras(settings, rollouts, judged))
             history.append(record)
             _report_step(reporter, settings, record, evaluated)
             done = it + 1
@@ -208,7 +218,9 @@ def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any], ev
     it = record["iteration"]
     names = {"reward.mean": "reward_mean", "reward.std": "reward_std", "loss": "loss",
              "clip_fraction": "clip_fraction", "kl": "kl", "response_tokens.mean": "response_tokens_mean",
-             "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second", "kl_ref": "kl_ref"}
+             "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second", "kl_ref": "kl_ref",
+             "reward.step.mean": "reward_step_mean", "reward.judge.mean": "reward_judge_mean",
+             "judge.failures": "judge_failures"}
     _write_metrics(reporter, [(metric, it, record.get(key), "train") for metric, key in names.items()]
                    + [("eval.mean_return", it, evaluated, "eval")])
     if it % settings.log_interval == 0 or it + 1 == settings.iterations:

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from synth_ai.backend.trainers.rl.advantages import InvalidRollout, episode_reward
+from synth_ai.backend.trainers.rl.advantages import InvalidRollout, read_rewards
 from synth_ai.backend.trainers.rl.settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.env.secrets import redact
@@ -168,7 +168,7 @@ class RolloutRunner:
             return (f"/rollout answered HTTP {response.status_code}: {redact(response.text[:300])}", "http", False)
         try:
             doc = response.json()
-            result.reward = episode_reward(doc, self.settings.rubric_weights)
+            read_rewards(result, doc, self.settings)
         except ValueError as exc:  # InvalidRollout is a ValueError; so is a body that is not JSON
             detail = str(exc) if isinstance(exc, InvalidRollout) else \
                 f"not JSON: {redact(response.text[:200])!r}"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from synth_ai.backend.trainers.rl.judge import JudgeSettings, resolve_judge
+from synth_ai.backend.trainers.rl.step_rewards import StepRewardSettings, resolve_step_rewards
 from synth_ai.backend.trainers.sft import DEFAULT_LORA_TARGETS, FULL_KINDS, LORA_KINDS, _float, _int
 from synth_ai.errors import InvalidInputError
 
@@ -50,6 +52,8 @@ class RLSettings:
     temperature: float = 1.0
     max_images_per_step: int | None = None
     rubric_weights: dict[str, float] = field(default_factory=lambda: {"env": 1.0, "event": 0.0, "outcome": 0.0})
+    step_rewards: StepRewardSettings = field(default_factory=StepRewardSettings)
+    judge: JudgeSettings | None = None
     eval_every: int = 0
     eval_seeds: list[int] = field(default_factory=list)
     eval_policy_config: dict[str, Any] = field(default_factory=dict)
@@ -111,6 +115,9 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
     for key in ("thinking_mode", "thinking_budget", "use_vision", "image_only_mode", "max_images_per_step"):
         if rollout.get(key) is not None:
             policy_config.setdefault(key, rollout[key])
+    step_rewards = resolve_step_rewards(training)
+    if step_rewards.enabled:  # the reference's task apps read these to emit decision records
+        policy_config.setdefault("step_rewards", step_rewards.for_task_app())
     temperature = _float("[rollout.policy_config].temperature", policy_config.get("temperature", 1.0), low=0.0)
     if temperature <= 0:
         raise InvalidInputError("[rollout.policy_config].temperature must be > 0 for RL (found 0): GSPO needs "
@@ -167,7 +174,8 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
         env_config=dict(rollout.get("env_config") or {}), policy_config=policy_config,
         ops=list(rollout.get("ops") or []), temperature=temperature,
         max_images_per_step=_int("[rollout].max_images_per_step", max_images) if max_images else None,
-        rubric_weights=weights, eval_every=int(evaluation.get("every_n_iters") or 0) if eval_seeds else 0,
+        rubric_weights=weights, step_rewards=step_rewards, judge=resolve_judge(config),
+        eval_every=int(evaluation.get("every_n_iters") or 0) if eval_seeds else 0,
         eval_seeds=eval_seeds, eval_policy_config=eval_policy,
         lora_r=_int("[lora].r", lora.get("r", 16)), lora_alpha=_float("[lora].alpha", lora.get("alpha", 32.0),
                                                                        low=0.0, strict_low=True),

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from synth_ai.backend.trainers.rl.advantages import group_advantages
+from synth_ai.backend.trainers.rl.advantages import group_returns, turn_advantages
 from synth_ai.backend.trainers.rl.settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout, Sample
 from synth_ai.errors import InvalidInputError
@@ -37,22 +37,39 @@ class TrainStats:
     ref_kl: float | None = None
 
 
-def build_samples(rollouts: list[Rollout]) -> tuple[list[Sample], dict[str, int]]:
-    """Samples of every LLM call of every successful rollout in a group with reward variance, in a fixed order."""
+def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -> tuple[list[Sample], dict[str, int]]:
+    """Samples of every LLM call of every successful rollout in a group with reward variance, in a fixed order.
+    With `settings`, each rollout's `reward` becomes its blended episode return (`advantages.group_returns`);
+    without, the rollouts' rewards are taken as they are. With per-turn returns,
+    LLM call k of an episode takes turn k's advantage when the episode has one call per step; otherwise (counted in
+    `turns_unmatched`) all its calls take turn 0's, the whole episode's."""
+    per_turn = bool(settings and settings.step_rewards.active)
     groups: dict[int, list[Rollout]] = {}
     for r in rollouts:
         if r.ok:
             groups.setdefault(r.seed, []).append(r)
     samples: list[Sample] = []
-    zero_variance = 0
+    counts = {"groups": len(groups), "groups_zero_variance": 0, **({"turns_unmatched": 0} if per_turn else {})}
     for seed in sorted(groups):
         members = sorted(groups[seed], key=lambda r: r.index)
-        advantages = group_advantages([float(r.reward) for r in members])
+        if settings is None:  # rewards already final (set by the caller)
+            returns = [[float(r.reward)] for r in members]
+        else:
+            returns = group_returns(members, settings.rubric_weights, settings.judge, per_turn)
+            for rollout, row in zip(members, returns):
+                rollout.reward = row[0]
+        advantages = turn_advantages(returns)
         if advantages is None:
-            zero_variance += 1
+            counts["groups_zero_variance"] += 1
             continue
-        for rollout, advantage in zip(members, advantages):
+        for rollout, row in zip(members, advantages):
+            if len(row) > 1 and len(row) != len(rollout.calls):
+                counts["turns_unmatched"] += 1
+                row = row[:1]
             for call in rollout.calls:
+                advantage = row[min(call.index, len(row) - 1)] if len(row) > 1 else row[0]
+                if advantage is None:
+                    continue
                 for sampled in call.samples:
                     if not sampled.completion_ids:
                         continue
@@ -62,7 +79,8 @@ def build_samples(rollouts: list[Rollout]) -> tuple[list[Sample], dict[str, int]
                                           temperature=sampled.temperature or 1.0,
                                           vision_inputs=dict(sampled.vision_inputs), seed=seed,
                                           rollout_index=rollout.index, turn=call.index))
-    return samples, {"groups": len(groups), "groups_zero_variance": zero_variance, "samples": len(samples)}
+    counts["samples"] = len(samples)
+    return samples, counts
 
 
 class GSPOTrainer:

@@ -8,7 +8,9 @@ from typing import Any
 
 @dataclass
 class Rollout:
-    """One episode: seed `seed`, member `index` of its group; `reward` is None when it failed (never scored 0)."""
+    """One episode: seed `seed`, member `index` of its group; `reward` is None when it failed (never scored 0).
+    `reward` is first the rubric-weighted episode reward; `build_samples` replaces it by the blended return (step
+    rewards and judge included) that the advantages came from."""
 
     seed: int
     index: int
@@ -20,6 +22,10 @@ class Rollout:
     steps: int = 0
     attempts: int = 0
     images_dropped: int = 0
+    parts: dict[str, float] = field(default_factory=dict)  # env, event, outcome (advantages.reward_parts)
+    step_rewards: list[float] = field(default_factory=list)  # r_t per turn when step rewards are on
+    judge: dict[str, float] = field(default_factory=dict)  # judge score per kind (outcome, event) that it gave
+    response: Any = None  # the /rollout answer, kept only while a judge still has to read it
 
     @property
     def ok(self) -> bool:

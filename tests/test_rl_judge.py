@@ -1,0 +1,70 @@
+"""Step rewards and the `[judge]` in a real GSPO iteration (tiny Qwen3, the color-quiz app over HTTP), the judge
+being a small OpenAI-compatible server written for the test (a stand-in for the provider at the transport level):
+it gets one request per rollout with the provider's key, its first answer is garbage (counted, that rollout's score
+left out, not scored 0) and the others score 0.5; the metrics `reward.step.mean`, `reward.judge.mean` and
+`judge.failures` say so, and the blended reward is step rewards + judge exactly."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from backend_support import TINY_TEXT, build_tiny_models
+from rl_support import Recorder, quiz_app, run_in_process
+from taskapp_support import completion, running_app, scripted_model
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("torch")
+
+ENV_KEY = "sk_env_rl_judge_0123456789"
+JUDGE_KEY = "sk-openai-judge-test-0123456789"
+
+
+@pytest.fixture(scope="module")
+def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
+
+
+def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text: list[Path],
+                                                       monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", JUDGE_KEY)
+    answers = iter(["I cannot judge this."])
+
+    def judge(body):
+        return completion(next(answers, '{"score": 0.5, "reason": "fine"}'))
+
+    recorder = Recorder()
+    with scripted_model(judge) as (judge_url, server), running_app(quiz_app()) as app:
+        tables = {"judge": {"timeout_s": 30, "reward_blend": {"env": 1.0, "outcome": 1.0},
+                            "options": {"provider": "openai", "model": "judge-model", "event": False,
+                                        "base_url": judge_url}}}
+        run_in_process(tmp_path, tiny_text, app, recorder, tables=tables, iterations_per_epoch=1,
+                       step_rewards_enabled=True, step_rewards_mode="env_sparse",
+                       step_rewards_indicator_lambda=1.0)
+
+    assert len(server.requests) == 8  # 2 seeds x 4 rollouts, outcome judging only
+    first = server.requests[0]
+    assert first["body"]["model"] == "judge-model" and first["headers"]["authorization"] == f"Bearer {JUDGE_KEY}"
+    prompt = first["body"]["messages"][1]["content"]
+    assert "What color is the" in prompt
+    assert "0.5 right colour" in prompt  # no [judge].rubric: the rubric color-quiz advertises on /info
+    # each rollout's graded reward, as the judge saw it; env_sparse with lambda 1: r + 1 when r > 0
+    raw = [float(re.search(r'\\?"reward\\?": ([0-9.]+)', r["body"]["messages"][1]["content"]).group(1))
+           for r in server.requests]
+    step_mean = recorder.series("reward.step.mean")[0]
+    assert step_mean == pytest.approx(statistics.fmean(r + (1.0 if r > 0 else 0.0) for r in raw))
+    assert recorder.series("reward.judge.mean") == [0.5] and recorder.series("judge.failures") == [1.0]
+    # the garbage answer's rollout takes its group's mean judge score (0.5), not 0
+    assert recorder.series("reward.mean")[0] == pytest.approx(step_mean + 0.5)
+    failed = recorder.of("rl.judge.failed")
+    assert len(failed) == 1 and failed[0]["data"]["by_kind"] == {"unparseable": 1}
+    assert "I cannot judge this." in failed[0]["message"] and "not 0" in failed[0]["message"]
+    started = recorder.of("rl.train.started")[0]["data"]
+    assert (started["step_rewards"], started["judge"]) == ("env_sparse", "openai:judge-model")
+    assert started["judge_rubrics"] == {"outcome": "task_app"}
+    assert JUDGE_KEY not in json.dumps(recorder.events) + json.dumps(recorder.metrics)
