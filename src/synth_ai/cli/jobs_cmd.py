@@ -1,4 +1,4 @@
-"""`synth-ai jobs list|get|events|metrics|cancel`: look at and control training jobs on a backend."""
+"""`synth-ai jobs list|get|events|follow|metrics|cancel`: look at and control training jobs on a backend."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import typer
 
 from synth_ai.cli.app import json_option, output_of
 from synth_ai.cli.remote import backend_option, connect, env_file_option
+from synth_ai.cli.train import STREAM_FORMAT_HELP, StreamFormat
 
 
 class JobKind(str, Enum):
@@ -19,6 +20,19 @@ class JobKind(str, Enum):
 
 def _kind_option() -> JobKind:
     return typer.Option(JobKind.sft, "--kind", help="Job family: sft (/learning/jobs) or rl (/rl/jobs).")
+
+
+def _poll_interval_option() -> float:
+    return typer.Option(2.0, "--poll-interval", min=0.05, help="Seconds between polls, against a backend without a "
+                        "live event stream (the embedded one streams).")
+
+
+def _poll_timeout_option() -> float:
+    return typer.Option(3600.0, "--poll-timeout", min=0.1, help="Give up following after this many seconds.")
+
+
+def _stream_format_option(when: str = "") -> StreamFormat:
+    return typer.Option(StreamFormat.auto, "--stream-format", help=when + STREAM_FORMAT_HELP)
 
 
 @contextmanager
@@ -78,9 +92,9 @@ def register(app: typer.Typer) -> None:
         since_seq: int = typer.Option(0, "--since-seq", min=0, help="Only events after this sequence number."),
         follow: bool = typer.Option(False, "--follow", help="Keep following until the job ends (exit code as for "
                                     "train: 0 succeeded, 6 failed/cancelled, 7 timeout)."),
-        poll_interval: float = typer.Option(2.0, "--poll-interval", min=0.05, help="Seconds between polls."),
-        poll_timeout: float = typer.Option(3600.0, "--poll-timeout", min=0.1, help="Give up following after this."),
-        stream_format: str = typer.Option("cli", "--stream-format", help="cli or chart (with --follow)."),
+        poll_interval: float = _poll_interval_option(),
+        poll_timeout: float = _poll_timeout_option(),
+        stream_format: StreamFormat = _stream_format_option("With --follow: "),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
@@ -90,13 +104,10 @@ def register(app: typer.Typer) -> None:
         from synth_ai.cli.follow_view import follow_and_report
 
         out = output_of(ctx, json_flag)
-        if stream_format not in ("cli", "chart"):
-            raise typer.BadParameter(f"{stream_format!r} is not one of 'cli', 'chart'.",
-                                     param_hint="'--stream-format'")
         with _jobs_of(out, backend, kind, env_file) as jobs:
             if follow:
                 follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
-                                  stream_format=stream_format)
+                                  stream_format=stream_format.value)
                 return
             items = jobs.events(job_id, since_seq=since_seq, limit=1000)
 
@@ -106,6 +117,27 @@ def register(app: typer.Typer) -> None:
                        f"{e.get('message', '')}")
 
         out.result({"job_id": job_id, "events": items}, human)
+
+    @group.command("follow")
+    def follow_cmd(
+        ctx: typer.Context,
+        job_id: str = typer.Argument(..., help="Job id."),
+        poll_interval: float = _poll_interval_option(),
+        poll_timeout: float = _poll_timeout_option(),
+        stream_format: StreamFormat = _stream_format_option(),
+        kind: JobKind = _kind_option(),
+        backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Follow a job until it ends (same as `jobs events JOB --follow`; exit 0 succeeded, 6 failed/cancelled,
+        7 timeout)."""
+        from synth_ai.cli.follow_view import follow_and_report
+
+        out = output_of(ctx, json_flag)
+        with _jobs_of(out, backend, kind, env_file) as jobs:
+            follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
+                              stream_format=stream_format.value)
 
     @group.command("metrics")
     def metrics(
