@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
+from pathlib import Path
 
 import typer
 
@@ -20,6 +21,33 @@ class JobKind(str, Enum):
 
 def _kind_option() -> JobKind:
     return typer.Option(JobKind.sft, "--kind", help="Job family: sft (/learning/jobs) or rl (/rl/jobs).")
+
+
+def _check_can_plot(path: Path) -> None:
+    """Before any request: Pillow is there and the file can be written."""
+    from synth_ai.charts import pillow_available
+    from synth_ai.errors import InvalidInputError, UnavailableError
+
+    if not pillow_available():
+        raise UnavailableError("--plot draws with Pillow, which is not installed.",
+                               hint="pip install 'synth-ai[train]' (or just pillow), then run the command again.")
+    if path.suffix.lower() != ".png":
+        raise InvalidInputError(f"--plot {path}: the chart is a PNG; name the file *.png.", hint="e.g. --plot loss.png")
+    if path.is_dir():
+        raise InvalidInputError(f"--plot {path} is a directory; give a file name.", hint=f"e.g. --plot {path}/loss.png")
+
+
+def _plot(job_id: str, points: list, path: Path, kind: JobKind) -> str:
+    from synth_ai.charts import JOB_PANELS, job_metrics_chart
+    from synth_ai.errors import NotFoundError
+
+    if job_metrics_chart(points, path) is None:
+        drawn = ", ".join(name for _, names in JOB_PANELS for name in names)
+        raise NotFoundError(f"Job {job_id} has no metric points to plot ({drawn})"
+                            f"{'; it has ' + str(len(points)) + ' other points' if points else ''}.",
+                            hint=f"Metrics appear once training steps run: synth-ai jobs get {job_id} --kind "
+                                 f"{kind.value} shows its status.", details={"job_id": job_id})
+    return str(path)
 
 
 def _poll_interval_option() -> float:
@@ -145,15 +173,19 @@ def register(app: typer.Typer) -> None:
         job_id: str = typer.Argument(..., help="Job id."),
         name: str = typer.Option(None, "--name", help="Only this metric, e.g. train.loss."),
         after_step: int = typer.Option(-1, "--after-step", min=-1, help="Only points after this step."),
+        plot: Path = typer.Option(None, "--plot", help="Also draw the loss, learning rate, reward and eval curves "
+                                  "to this PNG file (needs Pillow: the train extra)."),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
-        """Print a job's metric points (train.loss, val.loss, learning_rate, ...)."""
+        """Print a job's metric points (train.loss, val.loss, learning_rate, ...), or plot them with --plot."""
         from synth_ai.client.follow import next_after_step
 
         out = output_of(ctx, json_flag)
+        if plot is not None:
+            _check_can_plot(plot)
         with _jobs_of(out, backend, kind, env_file) as jobs:
             points: list[dict] = []
             seen: set[tuple] = set()
@@ -170,12 +202,17 @@ def register(app: typer.Typer) -> None:
                 after_step = following
         if name:
             points = [p for p in points if p.get("name") == name]
+        doc: dict = {"job_id": job_id, "points": points}
+        if plot is not None:
+            doc["plot"] = _plot(job_id, points, plot, kind)
+            out.result(doc, lambda o: o.info(f"Wrote {doc['plot']} ({len(points)} points of job {job_id})."))
+            return
 
         def human(o) -> None:
             o.table(["step", "name", "value", "phase"],
                     [[p.get("step"), p.get("name"), p.get("value"), p.get("phase", "")] for p in points])
 
-        out.result({"job_id": job_id, "points": points}, human)
+        out.result(doc, human)
 
     @group.command("cancel")
     def cancel(

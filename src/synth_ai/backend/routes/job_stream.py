@@ -3,9 +3,9 @@
 Frames: `event: status|event|metric|timeline|end`, `data:` one JSON document, `id:` the cursor after that frame
 (`<event seq>.<metric rowid>.<timeline id>`). A client that reconnects with `Last-Event-ID: <cursor>` (or
 `?since_seq=N` for events only) gets exactly what it has not seen; the current status is always sent first. A
-comment line (`: keep-alive`) goes out after `HEARTBEAT_S` without news, so proxies and clients can tell a quiet job
-from a dead connection. The stream ends with an `end` frame once the job is terminal and everything it wrote was
-sent.
+comment line (`: keep-alive`) goes out after `?heartbeat=` seconds (default `HEARTBEAT_S`) without news, so proxies
+and clients can tell a quiet job from a dead connection. The stream ends with an `end` frame once the job is
+terminal and everything it wrote was sent.
 
 New rows are noticed within `changes.POLL_S` of their commit (see `synth_ai.backend.changes`), so an event reaches
 the client well within a second. Each read is one SQLite read transaction: status and rows come from the same
@@ -125,10 +125,11 @@ def add_stream_route(router: APIRouter, prefix: str, kind: str) -> None:
 
     @router.get(f"{prefix}/{{job_id}}/events/stream")
     def stream_job(request: Request, job_id: str, since_seq: int = Query(0, ge=0, le=MAX_INTEGER),
+                   heartbeat: float = Query(HEARTBEAT_S, ge=0.1, le=300),
                    last_event_id: str | None = Header(None)) -> StreamingResponse:
         backend = get_backend(request)
         load_job(backend, job_id, kind)
         cursor = Cursor.parse(last_event_id) if last_event_id else Cursor(seq=since_seq)
-        return StreamingResponse(job_frames(backend, job_id, cursor, HEARTBEAT_S), media_type="text/event-stream",
+        return StreamingResponse(job_frames(backend, job_id, cursor, heartbeat), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
