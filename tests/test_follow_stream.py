@@ -81,7 +81,7 @@ def trained(backend: BackendProcess, tmp_path_factory: pytest.TempPathFactory) -
         patch.setenv("SYNTH_API_KEY", backend.key)
         patch.chdir(home)
         result = run_cli("--json", "train", "--config", str(CONFIG), "--dataset", str(DATASET), "--backend",
-                         backend.url, "--idempotency", "stream-tests")
+                         backend.url, "--examples", "4", "--idempotency", "stream-tests")
     assert result.exit_code == 0, result.stdout + result.stderr
     return {"doc": json.loads(result.stdout), "stderr": result.stderr}
 
