@@ -5,6 +5,7 @@ follows it through the backend's own JobStore, as its RL worker writes it."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -35,8 +36,8 @@ def _rl_job(backend: BackendProcess) -> tuple[str, threading.Thread]:
 
     def work() -> None:
         time.sleep(1.0)  # mostly after the follower's first poll (either way the test holds)
-        store.transition(job_id, "running", only_from={"created"}, event=("train.started", "GSPO started", None,
-                                                                           "info"))
+        store.transition(job_id, "running", only_from={"created"},
+                         event=("rl.train.started", "GSPO started", {"iterations": 3}, "info"))
         for step, (reward, loss) in enumerate(zip(REWARDS, LOSSES)):
             time.sleep(0.3)  # let the follower poll in between: these arrive while it follows
             store.add_metric(job_id, "reward.mean", step, reward)
@@ -99,6 +100,16 @@ def test_chart_draws_reward_and_loss(backend, monkeypatch):
     assert "loss" in final_panel and "step 2: 0.0625" in final_panel
     assert "▁▅█" in final_panel  # rewards rise: lowest, middle, highest
     assert "█▄▁" in final_panel  # losses fall
+    assert "Final status: succeeded" in out
+
+
+def test_progress_bar_shows_iterations_reward_and_eval(backend, monkeypatch):
+    _, result = _follow(backend, monkeypatch, "--stream-format", "bar")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert re.search(r"rljob_\w+ iteration .*━.* 3/3 eta .* loss 0\.0625 +reward 0\.625 +eval 0\.75", out), out
+    assert "rl.train.step (info): iteration 3/3  (reward_mean=0.625, loss=0.0625)" in out, "events above the bar"
+    assert "reward.mean=" not in out, "metric points move the bar instead of printing lines"
     assert "Final status: succeeded" in out
 
 

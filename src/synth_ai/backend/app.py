@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from synth_ai import __version__
 from synth_ai.backend.auth import KeyChecker, accepted_keys, bearer_token, ensure_keys, environment_keys
 from synth_ai.backend.capabilities import training_capability
+from synth_ai.backend.changes import ChangeWatcher
 from synth_ai.backend.dashboard_auth import LoginTokens, cookie_key
 from synth_ai.backend.db import Database
 from synth_ai.backend.errors import ApiError, error_body
@@ -44,6 +45,7 @@ class Backend:
         self.blobs = BlobStore(settings.blobs_dir, settings.tmp_dir)
         self.files = FileService(self.db, self.blobs)
         self.jobs = JobStore(self.db)
+        self.changes = ChangeWatcher(settings.db_path)  # wakes live job streams (routes/job_stream.py)
         self.scheduler = Scheduler(settings, self.db)
         self.keys = KeyChecker(settings.data_dir)
         self.login_tokens = LoginTokens()

@@ -1,7 +1,8 @@
-"""How a followed job looks in the terminal: `[HH:MM:SS]` lines per status, event and metric (`--stream-format
-cli`; RL step and eval events show their numbers), or a live chart of loss and, for RL, mean reward and eval return
-(`chart`); then the last value of each headline metric. In `--json` mode updates go to stderr as NDJSON so stdout keeps one
-document."""
+"""How a followed job looks in the terminal: a progress bar with the events as lines above it (on a terminal, see
+`synth_ai.cli.progress_view`), `[HH:MM:SS]` lines per status, event and metric (`--stream-format cli`, and the
+default when stdout is not a terminal; RL step and eval events show their numbers), or a live chart of loss and,
+for RL, mean reward and eval return (`chart`); then the last value of each headline metric. In `--json` mode updates
+go to stderr as NDJSON so stdout keeps one document."""
 
 from __future__ import annotations
 
@@ -66,22 +67,29 @@ class LineView(_View):
         if self.out.json_mode:
             sys.stderr.write(redact(json.dumps({"kind": update.kind, **data}, default=str)) + "\n")
             return
-        if update.kind == "status":
-            line = f"status={data.get('status') or data.get('state')}"
-        elif update.kind == "event":
-            if not self.show_all_events and data.get("type") in HIDDEN_EVENTS:
-                return
-            line = f"[{data.get('seq')}] {data.get('type')} ({data.get('level', 'info')}): {data.get('message', '')}"
-            if data.get("type") in NUMERIC_EVENTS:
-                line += _numbers_not_in(data.get("data"), str(data.get("message", "")))
-        elif update.kind == "metric":
-            line = f"{data.get('name')}={_number(data.get('value'))} (step={data.get('step')})"
-        else:
-            line = f"timeline={data.get('phase')}"
-        self.out.info(f"[{_stamp()}] {line}")
+        line = update_line(update, show_all_events=self.show_all_events)
+        if line is not None:
+            self.out.info(f"[{_stamp()}] {line}")
 
     def close(self) -> None:
         pass
+
+
+def update_line(update: Update, *, show_all_events: bool = False) -> str | None:
+    """The text of one update as the CLI streamer shows it; None for an event hidden by default."""
+    data = update.data
+    if update.kind == "status":
+        return f"status={data.get('status') or data.get('state')}"
+    if update.kind == "event":
+        if not show_all_events and data.get("type") in HIDDEN_EVENTS:
+            return None
+        line = f"[{data.get('seq')}] {data.get('type')} ({data.get('level', 'info')}): {data.get('message', '')}"
+        if data.get("type") in NUMERIC_EVENTS:
+            line += _numbers_not_in(data.get("data"), str(data.get("message", "")))
+        return line
+    if update.kind == "metric":
+        return f"{data.get('name')}={_number(data.get('value'))} (step={data.get('step')})"
+    return f"timeline={data.get('phase')}"
 
 
 class ChartView(_View):
@@ -154,9 +162,16 @@ def _numbers_not_in(data: Any, message: str, limit: int = 6) -> str:
     return f"  ({', '.join(parts)})" if parts else ""
 
 
-def make_view(out: Output, stream_format: str):
-    if stream_format == "chart" and not out.json_mode:
+def make_view(out: Output, stream_format: str, job_id: str = ""):
+    """`auto`: a progress bar on a terminal, plain lines otherwise (CI logs); `--json` always gets NDJSON lines."""
+    if out.json_mode or stream_format == "cli":
+        return LineView(out)
+    if stream_format == "chart":
         return ChartView(out)
+    if stream_format == "bar" or out.out.is_terminal:
+        from synth_ai.cli.progress_view import ProgressView
+
+        return ProgressView(out, job_id)
     return LineView(out)
 
 
@@ -172,7 +187,7 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
     if not out.json_mode:
         out.info("")
         out.info("=== Following job progress ===")
-    view = make_view(out, stream_format)
+    view = make_view(out, stream_format, job_id)
     try:
         result = follow_job(jobs, job_id, interval=interval, timeout=timeout, on_update=view)
     except KeyboardInterrupt:

@@ -1,15 +1,17 @@
-"""`synth-ai jobs list|get|events|metrics|cancel`: look at and control training jobs on a backend."""
+"""`synth-ai jobs list|get|events|follow|metrics|cancel`: look at and control training jobs on a backend."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
+from pathlib import Path
 
 import typer
 
 from synth_ai.cli.app import json_option, output_of
 from synth_ai.cli.remote import backend_option, connect, env_file_option
+from synth_ai.cli.train import STREAM_FORMAT_HELP, StreamFormat
 
 
 class JobKind(str, Enum):
@@ -19,6 +21,46 @@ class JobKind(str, Enum):
 
 def _kind_option() -> JobKind:
     return typer.Option(JobKind.sft, "--kind", help="Job family: sft (/learning/jobs) or rl (/rl/jobs).")
+
+
+def _check_can_plot(path: Path) -> None:
+    """Before any request: Pillow is there and the file can be written."""
+    from synth_ai.charts import pillow_available
+    from synth_ai.errors import InvalidInputError, UnavailableError
+
+    if not pillow_available():
+        raise UnavailableError("--plot draws with Pillow, which is not installed.",
+                               hint="pip install 'synth-ai[train]' (or just pillow), then run the command again.")
+    if path.suffix.lower() != ".png":
+        raise InvalidInputError(f"--plot {path}: the chart is a PNG; name the file *.png.", hint="e.g. --plot loss.png")
+    if path.is_dir():
+        raise InvalidInputError(f"--plot {path} is a directory; give a file name.", hint=f"e.g. --plot {path}/loss.png")
+
+
+def _plot(job_id: str, points: list, path: Path, kind: JobKind) -> str:
+    from synth_ai.charts import JOB_PANELS, job_metrics_chart
+    from synth_ai.errors import NotFoundError
+
+    if job_metrics_chart(points, path) is None:
+        drawn = ", ".join(name for _, names in JOB_PANELS for name in names)
+        raise NotFoundError(f"Job {job_id} has no metric points to plot ({drawn})"
+                            f"{'; it has ' + str(len(points)) + ' other points' if points else ''}.",
+                            hint=f"Metrics appear once training steps run: synth-ai jobs get {job_id} --kind "
+                                 f"{kind.value} shows its status.", details={"job_id": job_id})
+    return str(path)
+
+
+def _poll_interval_option() -> float:
+    return typer.Option(2.0, "--poll-interval", min=0.05, help="Seconds between polls, against a backend without a "
+                        "live event stream (the embedded one streams).")
+
+
+def _poll_timeout_option() -> float:
+    return typer.Option(3600.0, "--poll-timeout", min=0.1, help="Give up following after this many seconds.")
+
+
+def _stream_format_option(when: str = "") -> StreamFormat:
+    return typer.Option(StreamFormat.auto, "--stream-format", help=when + STREAM_FORMAT_HELP)
 
 
 @contextmanager
@@ -78,9 +120,9 @@ def register(app: typer.Typer) -> None:
         since_seq: int = typer.Option(0, "--since-seq", min=0, help="Only events after this sequence number."),
         follow: bool = typer.Option(False, "--follow", help="Keep following until the job ends (exit code as for "
                                     "train: 0 succeeded, 6 failed/cancelled, 7 timeout)."),
-        poll_interval: float = typer.Option(2.0, "--poll-interval", min=0.05, help="Seconds between polls."),
-        poll_timeout: float = typer.Option(3600.0, "--poll-timeout", min=0.1, help="Give up following after this."),
-        stream_format: str = typer.Option("cli", "--stream-format", help="cli or chart (with --follow)."),
+        poll_interval: float = _poll_interval_option(),
+        poll_timeout: float = _poll_timeout_option(),
+        stream_format: StreamFormat = _stream_format_option("With --follow: "),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
@@ -90,13 +132,10 @@ def register(app: typer.Typer) -> None:
         from synth_ai.cli.follow_view import follow_and_report
 
         out = output_of(ctx, json_flag)
-        if stream_format not in ("cli", "chart"):
-            raise typer.BadParameter(f"{stream_format!r} is not one of 'cli', 'chart'.",
-                                     param_hint="'--stream-format'")
         with _jobs_of(out, backend, kind, env_file) as jobs:
             if follow:
                 follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
-                                  stream_format=stream_format)
+                                  stream_format=stream_format.value)
                 return
             items = jobs.events(job_id, since_seq=since_seq, limit=1000)
 
@@ -107,21 +146,46 @@ def register(app: typer.Typer) -> None:
 
         out.result({"job_id": job_id, "events": items}, human)
 
+    @group.command("follow")
+    def follow_cmd(
+        ctx: typer.Context,
+        job_id: str = typer.Argument(..., help="Job id."),
+        poll_interval: float = _poll_interval_option(),
+        poll_timeout: float = _poll_timeout_option(),
+        stream_format: StreamFormat = _stream_format_option(),
+        kind: JobKind = _kind_option(),
+        backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Follow a job until it ends (same as `jobs events JOB --follow`; exit 0 succeeded, 6 failed/cancelled,
+        7 timeout)."""
+        from synth_ai.cli.follow_view import follow_and_report
+
+        out = output_of(ctx, json_flag)
+        with _jobs_of(out, backend, kind, env_file) as jobs:
+            follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
+                              stream_format=stream_format.value)
+
     @group.command("metrics")
     def metrics(
         ctx: typer.Context,
         job_id: str = typer.Argument(..., help="Job id."),
         name: str = typer.Option(None, "--name", help="Only this metric, e.g. train.loss."),
         after_step: int = typer.Option(-1, "--after-step", min=-1, help="Only points after this step."),
+        plot: Path = typer.Option(None, "--plot", help="Also draw the loss, learning rate, reward and eval curves "
+                                  "to this PNG file (needs Pillow: the train extra)."),
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
     ) -> None:
-        """Print a job's metric points (train.loss, val.loss, learning_rate, ...)."""
+        """Print a job's metric points (train.loss, val.loss, learning_rate, ...), or plot them with --plot."""
         from synth_ai.client.follow import next_after_step
 
         out = output_of(ctx, json_flag)
+        if plot is not None:
+            _check_can_plot(plot)
         with _jobs_of(out, backend, kind, env_file) as jobs:
             points: list[dict] = []
             seen: set[tuple] = set()
@@ -138,12 +202,17 @@ def register(app: typer.Typer) -> None:
                 after_step = following
         if name:
             points = [p for p in points if p.get("name") == name]
+        doc: dict = {"job_id": job_id, "points": points}
+        if plot is not None:
+            doc["plot"] = _plot(job_id, points, plot, kind)
+            out.result(doc, lambda o: o.info(f"Wrote {doc['plot']} ({len(points)} points of job {job_id})."))
+            return
 
         def human(o) -> None:
             o.table(["step", "name", "value", "phase"],
                     [[p.get("step"), p.get("name"), p.get("value"), p.get("phase", "")] for p in points])
 
-        out.result({"job_id": job_id, "points": points}, human)
+        out.result(doc, human)
 
     @group.command("cancel")
     def cancel(

@@ -16,8 +16,15 @@ class TrainType(str, Enum):
 
 
 class StreamFormat(str, Enum):
+    auto = "auto"
+    bar = "bar"
     cli = "cli"
     chart = "chart"
+
+
+STREAM_FORMAT_HELP = ("auto: a progress bar on a terminal, plain lines otherwise (CI logs); bar: the progress bar; "
+                      "cli: a line per status, event and metric; chart: live charts of loss and, for RL, mean reward "
+                      "and eval return. --json always writes NDJSON lines to stderr.")
 
 
 def register(app: typer.Typer) -> None:
@@ -40,9 +47,9 @@ def register(app: typer.Typer) -> None:
                                   "the job id and exit)."),
         poll_timeout: float = typer.Option(None, "--poll-timeout", help="Seconds to follow the job before "
                                            "giving up (exit 7; default: SFT [job].poll_seconds, else 3600)."),
-        poll_interval: float = typer.Option(5.0, "--poll-interval", help="Seconds between polls."),
-        stream_format: StreamFormat = typer.Option(StreamFormat.cli, "--stream-format",
-                                                   help="cli: event lines; chart: a live loss chart."),
+        poll_interval: float = typer.Option(5.0, "--poll-interval", help="Seconds between polls, against a backend "
+                                            "without a live event stream (the embedded one streams)."),
+        stream_format: StreamFormat = typer.Option(StreamFormat.auto, "--stream-format", help=STREAM_FORMAT_HELP),
         examples: int = typer.Option(None, "--examples", help="SFT: upload only the first N records."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the exact requests, send nothing."),
         json_flag: bool = json_option(),

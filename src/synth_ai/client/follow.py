@@ -5,6 +5,9 @@ Rules: terminal statuses come from one enum; an unknown status keeps polling unt
 read from a monotonic clock (`--poll-timeout`), not summed from sleeps; transient errors are retried and a run of
 them ends with the job id and the command to resume; metric step 0 is kept; the end is confirmed over REST and
 carries `fine_tuned_model`. Clock and sleep are injectable so tests need no real waiting.
+
+A backend with a live event stream (ours) is followed through it (`synth_ai.client.follow_stream`); polling is the
+fallback for one without (the hosted backend).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 from synth_ai.client.resources import Jobs
-from synth_ai.errors import DeadlineError, NetworkError, ServerError
+from synth_ai.errors import DeadlineError, NetworkError, ServerError, SynthError
 
 
 class JobStatus(str, Enum):
@@ -105,6 +108,18 @@ def resume_command(job_id: str, jobs: Jobs | None = None) -> str:
     return f"synth-ai jobs events {job_id} --follow{job_flags(jobs)}"
 
 
+def deadline_error(jobs: Jobs, job_id: str, status: str | None, timeout: float) -> DeadlineError:
+    return DeadlineError(f"Job {job_id} is still {status or 'pending'} after {timeout:g} s (--poll-timeout).",
+                         hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
+                         details={"job_id": job_id, "status": status})
+
+
+def lost_contact_error(jobs: Jobs, job_id: str, failures: int, last: SynthError) -> NetworkError:
+    return NetworkError(f"Lost contact with the backend while following job {job_id} ({failures} failures in a row; "
+                        f"last: {last.message})", hint=f"The job keeps running. Resume with: "
+                        f"{resume_command(job_id, jobs)}", details={"job_id": job_id})
+
+
 def follow_job(
     jobs: Jobs,
     job_id: str,
@@ -116,7 +131,16 @@ def follow_job(
     sleep: Callable[[float], None] = time.sleep,
     max_consecutive_errors: int = 5,
     terminal_grace: float = 30.0,
+    stream: bool = True,
 ) -> FollowResult:
+    if stream:  # the backend's event stream when it has one; else the polling below (0.2.17's way)
+        from synth_ai.client.follow_stream import StreamUnavailable, stream_job
+
+        try:
+            return stream_job(jobs, job_id, timeout=timeout, on_update=on_update, clock=clock, sleep=sleep,
+                              max_consecutive_errors=max_consecutive_errors)
+        except StreamUnavailable:
+            pass
     deadline = clock() + timeout
     terminal_seen_at: float | None = None
     since_seq, after_step = 0, -1
@@ -167,10 +191,7 @@ def follow_job(
         except (NetworkError, ServerError, DeadlineError) as exc:
             failures += 1
             if failures >= max_consecutive_errors:
-                raise NetworkError(
-                    f"Lost contact with the backend while following job {job_id} ({failures} failures in a row; "
-                    f"last: {exc.message})", hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
-                    details={"job_id": job_id}) from None
+                raise lost_contact_error(jobs, job_id, failures, exc) from None
         parsed = JobStatus.parse(last_status)
         if terminal is not None and terminal_seen_at is None:
             terminal_seen_at = clock()
@@ -183,15 +204,17 @@ def follow_job(
                 continue  # the job has ended; show the rest of what it wrote before the final answer
             break
         if clock() >= deadline:
-            raise DeadlineError(
-                f"Job {job_id} is still {last_status or 'pending'} after {timeout:g} s (--poll-timeout).",
-                hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
-                details={"job_id": job_id, "status": last_status})
+            raise deadline_error(jobs, job_id, last_status, timeout)
         if not backlog:
             wait = interval if terminal_seen_at is None else min(interval, 0.5)
             sleep(max(0.0, min(wait, deadline - clock())))
 
-    # Confirm the end over REST: the status payload is the source of truth for fine_tuned_model.
+    return confirm_end(jobs, job_id, job, terminal, event_model)
+
+
+def confirm_end(jobs: Jobs, job_id: str, job: dict[str, Any], terminal: JobStatus | None,
+                event_model: str | None) -> FollowResult:
+    """Confirm the end over REST: the status payload is the source of truth for fine_tuned_model."""
     try:
         job = jobs.get(job_id)
     except (NetworkError, ServerError, DeadlineError):

@@ -3,7 +3,7 @@ learning API as synth-ai 0.2.17 used it; none of this touches httpx directly."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,12 @@ class Jobs:
     def metrics(self, job_id: str, *, after_step: int = -1, limit: int = 200) -> list[dict[str, Any]]:
         doc = self.t.get_json(f"{self.prefix}/{job_id}/metrics", params={"after_step": after_step, "limit": limit})
         return list(doc.get("points", [])) if isinstance(doc, dict) else []
+
+    def stream(self, job_id: str, *, last_event_id: str | None = None, read_timeout: float = 60.0) -> Iterator[str]:
+        """The lines of the job's server-sent-events stream (`/events/stream`; the hosted backend has none: 404)."""
+        headers = {"Last-Event-ID": last_event_id} if last_event_id else None
+        return self.t.stream_lines(f"{self.prefix}/{job_id}/events/stream", headers=headers,
+                                   read_timeout=read_timeout)
 
     def timeline(self, job_id: str) -> list[dict[str, Any]]:
         doc = self.t.get_json(f"{self.prefix}/{job_id}/timeline")

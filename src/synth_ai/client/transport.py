@@ -15,7 +15,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +165,32 @@ class Transport:
 
     def post_json(self, path: str, body: Any, *, idempotency_key: str | None = None) -> Any:
         return decode_json(self.request("POST", path, json=body, idempotency_key=idempotency_key), self.url(path))
+
+    def stream_lines(self, path: str, *, params: Mapping[str, Any] | None = None,
+                     headers: Mapping[str, str] | None = None, read_timeout: float = 60.0,
+                     content_type: str = "text/event-stream") -> Iterator[str]:
+        """GET a long-lived text stream (server-sent events) and yield its lines. Not retried here: the caller
+        reconnects from its own cursor. A reply of another content type is a 415 UnavailableError, like a missing
+        route is a NotFoundError."""
+        timeout = httpx.Timeout(connect=DEFAULT_TIMEOUT.connect, read=read_timeout, write=DEFAULT_TIMEOUT.write,
+                                pool=DEFAULT_TIMEOUT.pool)
+        try:
+            with self._http.stream("GET", path, params=params, headers={"Accept": content_type, **(headers or {})},
+                                   timeout=timeout) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _status_error("GET", self.url(path), response)
+                if not response.headers.get("content-type", "").startswith(content_type):
+                    raise UnavailableError(f"GET {self.url(path)} answered {response.headers.get('content-type')}, "
+                                           f"not {content_type}.", details={"status": 415, "url": self.url(path)})
+                yield from response.iter_lines()
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise NetworkError(f"Cannot reach the backend at {self.api_base} ({type(exc).__name__}).") from None
+        except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
+            raise DeadlineError(f"GET {self.url(path)}: nothing received for {read_timeout:g} s "
+                                f"({type(exc).__name__}).") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            raise NetworkError(f"The stream from {self.api_base} broke ({type(exc).__name__}).") from None
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

@@ -166,7 +166,7 @@ def _follow(runner: CommandRunner, job_id: str, kind: str, api: str) -> str:
 
 def _chart(runner: CommandRunner, job_id: str, kind: str, metric: str, path: Path, result: DemoResult,
            title: str, x_label: str, api: str) -> None:
-    from synth_ai.demo.charts import line_chart
+    from synth_ai.charts import line_chart
 
     doc = runner.run(f"metrics {kind}", ["jobs", "metrics", job_id, "--kind", kind, "--name", metric,
                                          "--backend", api])

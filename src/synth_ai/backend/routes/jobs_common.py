@@ -121,7 +121,11 @@ def cancel_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:
 
 
 def add_job_routes(router: APIRouter, prefix: str, kind: str) -> None:
-    """GET {prefix}/{id}, /status, /events, /metrics, /timeline, /config and POST /start, /cancel."""
+    """GET {prefix}/{id}, /status, /events, /events/stream, /metrics, /timeline, /config and POST /start,
+    /cancel."""
+    from synth_ai.backend.routes.job_stream import add_stream_route
+
+    add_stream_route(router, prefix, kind)
 
     @router.get(f"{prefix}/{{job_id}}")
     def get_job(request: Request, job_id: str) -> dict[str, Any]:
