@@ -8,6 +8,9 @@ from synth_ai.cli.app import json_option, output_of
 
 HOST_HELP = "Interface to bind. 127.0.0.1 (default) keeps the backend private to this machine."
 PORT_HELP = "Port to listen on (default: $SYNTH_AI_BACKEND_PORT, else 8000)."
+EXECUTOR_HELP = ("What runs jobs: local (one worker process), torchrun (N local processes, data-parallel SFT) or modal "
+                 "(Modal GPUs; needs `modal token set`). Default: $SYNTH_AI_BACKEND_EXECUTOR, else local. "
+                 "See docs/scale.md.")
 
 
 def register(app: typer.Typer) -> None:
@@ -22,13 +25,14 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
         port: int = typer.Option(None, "--port", min=1, max=65535, help=PORT_HELP),
         log_level: str = typer.Option("info", "--log-level", help="uvicorn log level: debug, info, warning, error."),
+        executor: str = typer.Option(None, "--executor", help=EXECUTOR_HELP),
     ) -> None:
         """Run the backend in the foreground until Ctrl-C."""
         from synth_ai.backend.daemon import serve
         from synth_ai.backend.settings import BackendSettings
 
         out = output_of(ctx)
-        settings = BackendSettings.load(host=host, port=port)
+        settings = BackendSettings.load(host=host, port=port, executor=executor)
 
         def ready(state: dict) -> None:
             from synth_ai.backend.auth import keys_path
@@ -36,7 +40,8 @@ def register(app: typer.Typer) -> None:
             if out.json_mode:
                 return
             out.info(f"synth-ai backend listening on {state['url']} (API base {state['api_base']})")
-            out.info(f"data dir {settings.data_dir}; API keys in {keys_path(settings.data_dir)}")
+            out.info(f"data dir {settings.data_dir}; API keys in {keys_path(settings.data_dir)}; "
+                     f"jobs run with the {settings.executor} executor")
 
         serve(settings, log_level=log_level, on_ready=ready)
 

@@ -85,6 +85,16 @@ def idempotent_create(backend: Backend, request: Request, body: Any, create: Cal
     return JSONResponse(response, status_code=status)
 
 
+def require_executor(backend: Backend, kind: str, model: str, payload: dict[str, Any]) -> None:
+    """Refuse now a job that nothing here can run (a 32B model on a CPU-only backend without Modal)."""
+    from synth_ai.backend.executors.placement import NoExecutorError, choose, job_needs
+
+    try:
+        choose(backend.settings.executor, job_needs(kind, model, payload))
+    except NoExecutorError as exc:
+        raise ApiError(400, exc.code, exc.message, hint=exc.hint, details=exc.details) from None
+
+
 def start_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:
     row = load_job(backend, job_id, kind)
     if row["status"] == "created":

@@ -40,6 +40,7 @@ from dataclasses import replace as _dataclass_replace
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.trainers import distributed
 from synth_ai.backend.trainers.common import PROJECTOR_ALIASES  # noqa: F401 - re-exported
 from synth_ai.backend.trainers.common import NullContext as _NullContext
 from synth_ai.backend.trainers.common import jsonable as _jsonable
@@ -65,6 +66,9 @@ from synth_ai.errors import InvalidInputError
 def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: Reporter,
             should_stop: Callable[[], bool]) -> dict[str, Any]:
     settings = resolve_settings(spec)
+    dp = distributed.current()
+    if not dp.main:  # the other ranks of a torchrun job train silently; rank 0 reports for the job
+        reporter = _Silent()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     train_path = data_path(spec, "training_file_path", required=True)
@@ -129,15 +133,18 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     prep_s = time.perf_counter() - prep_started
 
     # Plan ----------------------------------------------------------------------------------------------------------
+    # Under torchrun a step takes `accum` micro-batches on each of the `world` ranks (global batch =
+    # per_device_batch x accum x world); one process with accum x world gives the same steps.
     batch, accum = settings.per_device_batch, settings.gradient_accumulation_steps
+    step_micro = accum * dp.world
     lengths = [e.length for e in train]
     per_epoch = math.ceil(len(train) / batch)
     if settings.total_steps:
         total_steps = settings.total_steps
-        total_micro = total_steps * accum
+        total_micro = total_steps * step_micro
     else:
         total_micro = per_epoch * (settings.n_epochs or 1)
-        total_steps = math.ceil(total_micro / accum)
+        total_steps = math.ceil(total_micro / step_micro)
     micro: list[list[int]] = []
     epoch = 0
     while len(micro) < total_micro:
@@ -206,7 +213,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
             "start_step": start_step, "n_epochs": settings.n_epochs, "examples": len(train),
             "validation_examples": len(val), "train_tokens": train_encoder.stats.tokens,
             "label_tokens": train_encoder.stats.label_tokens, "per_device_batch": batch,
-            "gradient_accumulation_steps": accum, "learning_rate": settings.learning_rate,
+            "gradient_accumulation_steps": accum, "world_size": dp.world, "learning_rate": settings.learning_rate,
             "warmup_steps": warmup_steps, "lr_scheduler": settings.lr_scheduler,
             "sequence_length": settings.sequence_length, "trainable_params": n_trainable, "total_params": n_total,
             "device": where.device, "dtype": "bf16" if use_bf16 else "fp32", "threads": threads,
@@ -249,6 +256,8 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
 
     def run_eval(step: int) -> None:
         nonlocal best
+        if not dp.main:
+            return
         value, count = evaluate()
         reporter.metric("val.loss", step, value, phase="eval")
         if best is None or value < best[0]:
@@ -257,7 +266,9 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
                {"step": step, "val_loss": value, "examples": len(val), "label_tokens": count,
                 "best_val_loss": best[0], "best_step": best[1]})
 
-    def checkpoint(step: int, last_loss: float | None) -> Path:
+    def checkpoint(step: int, last_loss: float | None) -> Path | None:
+        if not dp.main:
+            return None
         state = {"fingerprint": _jsonable(settings.fingerprint()), "train_loss_first": first_loss,
                  "train_loss_last": last_loss, "history": {"best": list(best) if best else None},
                  "total_steps": total_steps}
@@ -270,7 +281,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     trained_tokens, last_loss = 0, None
     last_save = last_progress = time.monotonic()
     for step in range(start_step, total_steps):
-        if should_stop():
+        if dp.any(should_stop()):
             saved_at = checkpoint(step, last_loss) if step > start_step else resume_from
             _event(reporter, "sft.training.stopped", f"Stopped at step {step} of {total_steps} as asked.",
                    {"step": step, "checkpoint": str(saved_at) if saved_at else None})
@@ -278,21 +289,22 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
         t0 = time.perf_counter()
         lr = scheduler.get_last_lr()[0]
         batches = [to_device(collate([train[i] for i in idx], pad_id, pixels))
-                   for idx in micro[step * accum:(step + 1) * accum]]
-        labelled = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+                   for idx in dp.shard(micro[step * step_micro:(step + 1) * step_micro])]
+        labelled = dp.sum(sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches))
         step_loss = 0.0
         for b in batches:
             loss = loss_sum(b) / labelled
             loss.backward()
             step_loss += loss.detach()
+        dp.sum_grads(list(trainable.values()))
         if settings.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(list(trainable.values()), settings.max_grad_norm)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        value = float(step_loss)
+        value = dp.sum(float(step_loss))
         elapsed = time.perf_counter() - t0
-        tokens = sum(b["tokens"] for b in batches)
+        tokens = int(dp.sum(sum(b["tokens"] for b in batches)))
         trained_tokens += tokens
         if first_loss is None:
             first_loss = value
@@ -308,7 +320,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
             rate = (done - start_step) / max(spent, 1e-9)
             _event(reporter, "sft.progress", f"step {done}/{total_steps} loss {value:.4f}",
                    {"step": done, "total_steps": total_steps, "loss": value, "learning_rate": lr,
-                    "epoch": round(min(step * accum + accum, total_micro) / per_epoch, 3),
+                    "epoch": round(min((step + 1) * step_micro, total_micro) / per_epoch, 3),
                     "tokens_per_second": round(trained_tokens / max(spent, 1e-9), 1),
                     "elapsed_s": round(spent, 2), "eta_s": round((total_steps - done) / max(rate, 1e-9), 1)})
         if eval_every and done % eval_every == 0 and done != total_steps:
@@ -326,6 +338,8 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     final_dir = workdir / "final"
     fine_tuned = f"ft:{root_base}:{settings.job_id}"
     final_model, card = model, settings
+    if not dp.main:  # rank 0 saves and registers the model; the job's result is the same on every rank
+        return {"fine_tuned_model": fine_tuned, "steps": total_steps, "rank": dp.rank}
     if root_base != settings.base_model:  # started from a fine-tune: the saved model (merged) names the root base
         final_model = model.merge_and_unload() if settings.mode == "lora" else model
         card = _dataclass_replace(settings, base_model=root_base, mode="full")
@@ -371,3 +385,13 @@ def _data_events(reporter: Reporter, split: str, stats: Any, settings: Settings)
         _event(reporter, "sft.data.skipped",
                f"{stats.skipped_no_labels} {split} example(s) had no assistant token left and were skipped.",
                {"split": split, "skipped": stats.skipped_no_labels}, level="warning")
+
+
+class _Silent:
+    """The reporter of a torchrun rank other than 0."""
+
+    def event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def metric(self, *args: Any, **kwargs: Any) -> None:
+        pass
