@@ -73,11 +73,12 @@ def test_modal_app_built_from_a_job_offline():
     plan = plan_for("job_abc", job_needs("sft", "Qwen/Qwen3-32B", sft_payload(gpu_type="h100", nodes=2)))
     assert (plan.gpu, plan.nodes, plan.app_name, plan.data_dir) == ("H100:4", 2, "synth-ai-job-job_abc",
                                                                     "/vol/job_abc")
-    assert plan.pip[0].startswith("torch") and plan.pip[1] == "synth-ai[train]" and plan.secrets == (
-        "synth-ai-training",)
+    assert any(p.startswith("torch==") for p in plan.pip) and "peft>=0.13" in plan.pip and "httpx>=0.27" in plan.pip
+    assert not any(p.startswith(("vllm", "pytest", "modal")) for p in plan.pip)
+    assert plan.secrets == ("synth-ai-training",)
     rl_plan = plan_for("rljob_1", job_needs("rl", "Qwen/Qwen3-4B", {"compute": {"gpu_type": "A100-80GB",
                                                                                "gpu_count": 2}}))
-    assert rl_plan.gpu == "A100-80GB:2" and rl_plan.pip[1] == "synth-ai[train,vllm]"
+    assert rl_plan.gpu == "A100-80GB:2" and any(p.startswith("vllm") for p in rl_plan.pip)
     with pytest.raises(InvalidInputError, match="not a Modal GPU"):
         plan_for("job_x", job_needs("sft", "Qwen/Qwen3-32B", sft_payload(gpu_type="RTX-9090")))
     with pytest.raises(InvalidInputError, match="more than a Modal container"):

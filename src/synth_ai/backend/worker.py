@@ -162,7 +162,8 @@ def run(job_id: str) -> int:
     stop = StopSignal(store, job_id, parent, launched=world > 1)
     signal.signal(signal.SIGTERM, lambda *_: stop.terminated.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    if parent is not None:  # started by a backend (not in a Modal container): die with it
+        _die_with_parent()
     if stop.parent_gone():
         return EXIT_INTERRUPTED
     if job["status"] in J.TERMINAL:

@@ -5,7 +5,8 @@ for all of them; they differ only in the process they launch around it.
 - `torchrun`: the same worker over N local processes (`python -m torch.distributed.run`), data-parallel SFT
   (`synth_ai.backend.trainers.distributed`); N is the job's GPU count on a GPU machine, else
   SYNTH_AI_BACKEND_TORCHRUN_NPROC (CPU processes with gloo). RL jobs run as one process under it (see docs/scale.md).
-- `modal`: a Modal GPU function built from the job (`synth_ai.backend.executors.modal_plan`).
+- `modal`: a Modal GPU function built from the job (`modal_plan`), submitted and followed by a local relay
+  process (`modal_relay`) that the scheduler starts where it would start a worker.
 
 `launch_for(settings, row)` answers which one runs a job and the command line to start; placement.py decides.
 """
@@ -46,11 +47,8 @@ def launch_for(executor: str, row: Any) -> Launch:
     needs = job_needs(row["kind"], row["model"], payload if isinstance(payload, dict) else {})
     chosen = choose(executor, needs)
     job_id = row["id"]
-    if chosen == "modal":
-        raise NoExecutorError(
-            f"Job {job_id} needs the modal executor ({needs.describe()}), and this backend cannot yet submit jobs "
-            "to Modal: the Modal app is built and checked offline only (docs/scale.md).",
-            hint="Train this model on a machine with enough GPUs (`synth-ai backend serve --executor torchrun`).")
+    if chosen == "modal":  # a local relay process submits the job and streams it back (executors.modal_relay)
+        return Launch("modal", [sys.executable, "-m", "synth_ai.backend.executors.modal_relay", job_id])
     nproc = torchrun_nproc(needs.gpu_count) if chosen == "torchrun" and row["kind"] == "sft" else 1
     if nproc > 1:
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",

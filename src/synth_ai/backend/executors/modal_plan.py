@@ -2,8 +2,8 @@
 the Modal app built from it (`build_app`, imports `modal` but needs no token until it is run).
 
 - GPU: `"<gpu_type>:<gpu_count>"` from `[compute]`; `nodes > 1` adds `modal.experimental.clustered(size=nodes)`.
-- Image: Debian slim with this package and the `train` extra (torch pinned to this backend's version), plus the
-  `vllm` extra for RL jobs (GPU images only).
+- Image: Debian slim with this package's dependencies and its `train` extra (torch pinned to this backend's
+  version), plus the `vllm` extra for RL jobs (GPU images only); the `synth_ai` source itself comes from here.
 - Volume `synth-ai-jobs` mounted at /vol: the job's data dir (`/vol/<job_id>`: its files, checkpoints, final
   model) so a restarted container resumes from the last checkpoint and the backend can read the results.
 - Secrets: `synth-ai-training` (HF token and the like), always by name, never by value.
@@ -15,6 +15,7 @@ function the local executor starts, against the job's data dir on the volume.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,24 +63,42 @@ def gpu_spec(needs: JobNeeds) -> str:
     return f"{match}:{needs.gpu_count}"
 
 
-def plan_for(job_id: str, needs: JobNeeds, *, timeout_s: int = DEFAULT_TIMEOUT_S) -> ModalPlan:
-    from importlib.metadata import PackageNotFoundError, version
+def requirements(extras: tuple[str, ...]) -> tuple[str, ...]:
+    """This package's dependencies plus those of `extras`, from its installed metadata; torch pinned to the
+    version this backend runs (its checkpoints are read back here)."""
+    from importlib.metadata import PackageNotFoundError, requires, version
 
-    try:
-        torch_pin = f"torch=={version('torch')}"
-    except PackageNotFoundError:
-        torch_pin = "torch"
-    extras = "train,vllm" if needs.kind == "rl" else "train"
+    out: list[str] = []
+    for req in requires("synth-ai") or []:
+        spec, _, marker = req.partition(";")
+        extra = re.search(r'extra\s*==\s*"([^"]+)"', marker)
+        if (marker.strip() and extra is None) or (extra is not None and extra.group(1) not in extras):
+            continue  # python_version markers are for older Pythons than the image's
+        name = re.split(r"[<>=!~\[ ]", spec.strip(), maxsplit=1)[0]
+        if name == "torch":
+            try:
+                spec = f"torch=={version('torch')}"
+            except PackageNotFoundError:
+                pass
+        if spec.strip() not in out:
+            out.append(spec.strip())
+    return tuple(out)
+
+
+def plan_for(job_id: str, needs: JobNeeds, *, timeout_s: int = DEFAULT_TIMEOUT_S) -> ModalPlan:
+    extras = ("train", "vllm") if needs.kind == "rl" else ("train",)
     return ModalPlan(job_id=job_id, kind=needs.kind, gpu=gpu_spec(needs), nodes=needs.nodes, timeout_s=timeout_s,
-                     pip=(torch_pin, f"synth-ai[{extras}]"))
+                     pip=requirements(extras))
 
 
 def build_app(plan: ModalPlan) -> tuple[Any, Any]:
     """(app, function) for one job. Building needs no token; running (`.spawn`) does."""
     import modal
 
-    image = modal.Image.debian_slim(python_version="3.11").pip_install(*plan.pip).env(
-        {"SYNTH_AI_HOME": plan.data_dir, "HF_HUB_OFFLINE": "0"})
+    # the training stack from PyPI, this package from this checkout: the container runs the code this backend runs
+    image = (modal.Image.debian_slim(python_version="3.11").pip_install(*plan.pip)
+             .env({"SYNTH_AI_HOME": plan.data_dir, "HF_HUB_OFFLINE": "0"})
+             .add_local_python_source("synth_ai"))
     app = modal.App(plan.app_name)
     volume = modal.Volume.from_name(plan.volume, create_if_missing=True)
     secrets = [modal.Secret.from_name(name) for name in plan.secrets]
@@ -88,8 +107,45 @@ def build_app(plan: ModalPlan) -> tuple[Any, Any]:
         clustered = getattr(modal, "clustered", None) or modal.experimental.clustered
         body = clustered(size=plan.nodes)(body)
     function = app.function(gpu=plan.gpu, image=image, volumes={plan.volume_path: volume}, secrets=secrets,
-                            timeout=plan.timeout_s, serialized=True, name="run_job")(body)
+                            timeout=plan.timeout_s, name="run_job")(body)
     return app, function
+
+
+class _VolumeCommitter:
+    """In a Modal container: make the job's database visible to the relay every few seconds (a volume shows
+    other readers only what was committed; the WAL is folded into the database file first)."""
+
+    def __init__(self, db_path: Any, every_s: float = 5.0) -> None:
+        import threading
+
+        self.db_path, self.every_s = db_path, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def commit(self) -> None:
+        import sqlite3
+
+        import modal
+
+        conn = sqlite3.connect(self.db_path, timeout=30)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+        modal.Volume.from_name(VOLUME_NAME).commit()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.commit()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.every_s + 5)
+        self.commit()
 
 
 def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
@@ -103,7 +159,12 @@ def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
     settings.ensure_dirs()
     db = Database(settings.db_path)
     db.migrate()  # the job's data dir arrives with its database; a fresh one gets the schema
-    code = run(job_id)
+    committer = _VolumeCommitter(settings.db_path) if os.environ.get("MODAL_TASK_ID") else None
+    try:
+        code = run(job_id)
+    finally:
+        if committer is not None:
+            committer.close()
     row = db.conn().execute(
         "SELECT status, fine_tuned_model, error FROM jobs WHERE id = ?", (job_id,)).fetchone()
     return {"exit_code": code, "status": row["status"] if row else None,
