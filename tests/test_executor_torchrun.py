@@ -1,5 +1,6 @@
 """The torchrun executor on CPU: the same SFT job worker over 2 gloo processes trains the tiny model to the same
-loss curve as one process with the same global batch; a job nothing here can run is refused at create time."""
+loss curve as one process (the trainer run here) with the same global batch; a job nothing here can run is refused
+at create time."""
 
 from __future__ import annotations
 
@@ -38,10 +39,14 @@ def _backend(root, tiny_models, name: str, **env: str) -> BackendProcess:
                                      **no_modal, **env}).start()
 
 
+def _hyper(**more) -> dict:
+    return {**sft_body("unused", steps=STEPS, per_device_batch=1, learning_rate=5e-3)["hyperparameters"], **more}
+
+
 def _submit(backend: BackendProcess, path, **hyper) -> tuple[object, str]:
     api = backend.client()
     file_id = upload(api, path).json()["id"]
-    body = sft_body(file_id, steps=STEPS, per_device_batch=1, learning_rate=5e-3, **hyper)
+    body = {**sft_body(file_id), "hyperparameters": _hyper(**hyper)}
     job = api.post("/learning/jobs", json=body)
     assert job.status_code == 201, job.text
     job_id = job.json()["id"]
@@ -59,6 +64,28 @@ def _finished(api, job_id: str, backend: BackendProcess) -> dict:
     return row
 
 
+def _one_process_loss(tmp_path, store_root, path, **hyper) -> dict[int, float]:
+    """The SFT trainer in this process, as the local executor's worker runs it."""
+    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.trainers.sft import run_sft
+
+    loss: dict[int, float] = {}
+
+    class Reporter:
+        def event(self, *args, **kwargs) -> None:
+            pass
+
+        def metric(self, name: str, step: int, value: float, phase: str = "train") -> None:
+            if name == "train.loss":
+                loss[step] = value
+
+    store = ModelStore(store_root)
+    spec = {"model": TINY_TEXT, "job_id": "one", "training_file_path": str(path), "hyperparameters": _hyper(**hyper),
+            "metadata": {"effective_config": {}}}
+    run_sft(spec, workdir=tmp_path / "one", model_store=store, reporter=Reporter(), should_stop=lambda: False)
+    return loss
+
+
 def _loss(api, job_id: str) -> dict[int, float]:
     points = api.get(f"/learning/jobs/{job_id}/metrics", params={"name": "train.loss"}).json()["points"]
     return {p["step"]: p["value"] for p in points}
@@ -66,19 +93,17 @@ def _loss(api, job_id: str) -> dict[int, float]:
 
 def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path, tiny_models):
     data = chat_jsonl(tmp_path / "chat.jsonl", n=12)
-    single = _backend(tmp_path, tiny_models, "single")
     pair = _backend(tmp_path, tiny_models, "pair", SYNTH_AI_BACKEND_EXECUTOR="torchrun",
                     SYNTH_AI_BACKEND_TORCHRUN_NPROC="2")
     try:
-        # one process, 2 micro-batches a step == 2 ranks, 1 micro-batch each (same global batch, same order)
-        api1, job1 = _submit(single, data, gradient_accumulation_steps=2)
+        # 2 ranks, 1 micro-batch each == one process, 2 micro-batches a step (same global batch, same order)
         api2, job2 = _submit(pair, data, gradient_accumulation_steps=1)
-        row1, row2 = _finished(api1, job1, single), _finished(api2, job2, pair)
+        one = _one_process_loss(tmp_path, tiny_models[0].parents[2], data, gradient_accumulation_steps=2)  # meanwhile, here
+        row2 = _finished(api2, job2, pair)
         assert row2["fine_tuned_model"] == f"ft:{TINY_TEXT}:{job2}"  # same model ids whichever executor ran it
         started = [e for e in events(api2, job2) if e["type"] == "sft.training.started"]
         assert len(started) == 1 and started[0]["data"]["world_size"] == 2  # only rank 0 reports
-        assert [e for e in events(api1, job1) if e["type"] == "sft.training.started"][0]["data"]["world_size"] == 1
-        one, two = _loss(api1, job1), _loss(api2, job2)
+        two = _loss(api2, job2)
         assert sorted(one) == sorted(two) == list(range(STEPS))
         for step in one:
             assert two[step] == pytest.approx(one[step], rel=1e-4, abs=1e-5), (one, two)
@@ -88,14 +113,13 @@ def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path,
         assert row2["fine_tuned_model"] in models
 
         # Qwen3-32B on 4 x H100 asked of a CPU-only backend without a Modal token: refused now, saying what runs it
-        file_id = upload(api1, data).json()["id"]
+        file_id = upload(api2, data).json()["id"]
         body = sft_body(file_id, model="Qwen/Qwen3-32B")
         body["metadata"] = {"effective_config": {"compute": {"gpu_type": "H100", "gpu_count": 4, "nodes": 1}}}
-        refused = api1.post("/learning/jobs", json=body)
+        refused = api2.post("/learning/jobs", json=body)
         assert refused.status_code == 400, refused.text
         error = refused.json()["error"]
         assert error["code"] == "no_executor" and "Qwen/Qwen3-32B" in error["message"]
         assert "modal token set" in error["hint"] and error["details"]["local_gpus"] == 0
     finally:
-        single.stop()
         pair.stop()
