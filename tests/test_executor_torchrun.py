@@ -4,6 +4,8 @@ at create time."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from backend_support import (
@@ -86,6 +88,20 @@ def _one_process_loss(tmp_path, store_root, path, **hyper) -> dict[int, float]:
     return loss
 
 
+def _ranks_of(job_id: str) -> list[int]:
+    """Live processes whose command line runs this job's worker (the launcher and its ranks)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if b"synth_ai.backend.worker" in cmdline and job_id.encode() in cmdline and state != "Z":
+            found.append(int(pid))
+    return found
+
+
 def _loss(api, job_id: str) -> dict[int, float]:
     points = api.get(f"/learning/jobs/{job_id}/metrics", params={"name": "train.loss"}).json()["points"]
     return {p["step"]: p["value"] for p in points}
@@ -94,10 +110,11 @@ def _loss(api, job_id: str) -> dict[int, float]:
 def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path, tiny_models):
     data = chat_jsonl(tmp_path / "chat.jsonl", n=12)
     pair = _backend(tmp_path, tiny_models, "pair", SYNTH_AI_BACKEND_EXECUTOR="torchrun",
-                    SYNTH_AI_BACKEND_TORCHRUN_NPROC="2")
+                    SYNTH_AI_BACKEND_TORCHRUN_NPROC="2", SYNTH_AI_BACKEND_MAX_JOBS="2")
     try:
         # 2 ranks, 1 micro-batch each == one process, 2 micro-batches a step (same global batch, same order)
         api2, job2 = _submit(pair, data, gradient_accumulation_steps=1)
+        _, long_job = _submit(pair, data, gradient_accumulation_steps=1, total_steps=100000)  # to cancel, below
         one = _one_process_loss(tmp_path, tiny_models[0].parents[2], data, gradient_accumulation_steps=2)  # meanwhile, here
         row2 = _finished(api2, job2, pair)
         assert row2["fine_tuned_model"] == f"ft:{TINY_TEXT}:{job2}"  # same model ids whichever executor ran it
@@ -111,6 +128,13 @@ def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path,
         # the pair's fine-tune is usable like any other: registered and listed
         models = [m["id"] for m in api2.get("/learning/models").json()["data"]]
         assert row2["fine_tuned_model"] in models
+
+        # a cancel stops every rank at the same step; the job ends cancelled and no rank is left behind
+        wait_for(lambda: _loss(api2, long_job), timeout=240, interval=0.3, what="the long job's first step")
+        cancelled = api2.post(f"/learning/jobs/{long_job}/cancel").json()
+        assert cancelled["status"] == "cancelled", (cancelled, events(api2, long_job)[-3:], pair.log())
+        assert [e for e in events(api2, long_job) if e["type"] == "sft.training.stopped"]
+        wait_for(lambda: not _ranks_of(long_job), timeout=60, what="the ranks to exit")
 
         # Qwen3-32B on 4 x H100 asked of a CPU-only backend without a Modal token: refused now, saying what runs it
         file_id = upload(api2, data).json()["id"]
