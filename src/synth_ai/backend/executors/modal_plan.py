@@ -97,7 +97,7 @@ def build_app(plan: ModalPlan) -> tuple[Any, Any]:
 
     # the training stack from PyPI, this package from this checkout: the container runs the code this backend runs
     image = (modal.Image.debian_slim(python_version="3.11").pip_install(*plan.pip)
-             .env({"SYNTH_AI_HOME": plan.data_dir, "HF_HUB_OFFLINE": "0"})
+             .env({"SYNTH_AI_HOME": plan.data_dir, "HF_HUB_OFFLINE": "0", "HF_HOME": f"{plan.volume_path}/hf"})
              .add_local_python_source("synth_ai"))
     app = modal.App(plan.app_name)
     volume = modal.Volume.from_name(plan.volume, create_if_missing=True)
@@ -148,6 +148,20 @@ class _VolumeCommitter:
         self.commit()
 
 
+def _fetch_base_model(model: str) -> None:
+    """A registry model into the Hugging Face cache on the volume (HF_HOME), once; the trainer then loads it as
+    it does offline. Tiny models are built, fine-tunes and folders are not downloads."""
+    from synth_ai.models.registry import find_model
+
+    info = find_model(model)
+    if info is None or info.is_local:
+        return
+    from huggingface_hub import snapshot_download
+
+    snapshot_download(info.id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja",
+                                                "tokenizer*"])
+
+
 def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
     """The job function on Modal (or here, through `.local()`): the backend's job worker on the job's data dir."""
     os.environ["SYNTH_AI_HOME"] = data_dir
@@ -159,6 +173,9 @@ def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
     settings.ensure_dirs()
     db = Database(settings.db_path)
     db.migrate()  # the job's data dir arrives with its database; a fresh one gets the schema
+    job = db.conn().execute("SELECT model FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if job is not None and os.environ.get("MODAL_TASK_ID"):
+        _fetch_base_model(str(job["model"]))
     committer = _VolumeCommitter(settings.db_path) if os.environ.get("MODAL_TASK_ID") else None
     try:
         code = run(job_id)

@@ -121,31 +121,37 @@ class ModalTransport:  # needs a Modal token and the network: not exercised by t
 
     def done(self, call_id: str) -> bool:
         import modal
+        from modal.exception import FunctionTimeoutError
+        from modal.exception import TimeoutError as NotYet
 
         try:
             modal.FunctionCall.from_id(call_id).get(timeout=0)
-        except TimeoutError:
+        except FunctionTimeoutError:  # the function ran out of time (a subclass of NotYet): done
+            return True
+        except (NotYet, TimeoutError):
             return False
         except Exception:  # noqa: BLE001 - failed remotely: done; the job's database says why
             return True
         return True
 
     def snapshot_db(self, plan: ModalPlan, dest: Path) -> bool:
+        from modal.exception import NotFoundError
+
         volume = _volume(plan)
         try:
             with open(dest, "wb") as handle:
                 volume.read_file_into_fileobj(f"/{plan.job_id}/{DB_RELATIVE}", handle)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotFoundError):  # not committed by the container yet
             return False
         return True
 
     def download(self, plan: ModalPlan, relative: str, dest: Path) -> None:
         volume = _volume(plan)
-        prefix = f"/{plan.job_id}/{relative}"
-        for entry in volume.iterdir(prefix, recursive=True):
+        prefix = f"{plan.job_id}/{relative}"
+        for entry in volume.iterdir(f"/{prefix}", recursive=True):
             if entry.type.name != "FILE":
                 continue
-            target = dest / Path(entry.path).relative_to(prefix.lstrip("/"))
+            target = dest / Path(entry.path.lstrip("/")).relative_to(prefix)
             target.parent.mkdir(parents=True, exist_ok=True)
             with open(target, "wb") as handle:
                 volume.read_file_into_fileobj(entry.path, handle)
