@@ -36,6 +36,7 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped because the backend went away; the job stays `running`
 PARENT_ENV = "SYNTH_AI_BACKEND_PARENT_PID"
 CANCEL_POLL_S = 0.5
+CLAIM_WAIT_S = 120.0  # how long a torchrun rank > 0 waits for rank 0 to claim the job
 
 log = logging.getLogger("synth_ai.backend.worker")
 
@@ -169,7 +170,7 @@ def run(job_id: str) -> int:
     if job["status"] in J.TERMINAL:
         return EXIT_OK
     if rank != 0:
-        return _follow(settings, db, job, stop)
+        return _follow(settings, db, store, job, stop)
     if stop.cancelled(fresh=True):
         store.transition(job_id, "cancelled", only_from={"queued", "running"},
                          event=(J.EV_CANCELLED, "Job cancelled before training started.", None, "warning"))
@@ -243,8 +244,20 @@ def _train(settings: BackendSettings, db: Database, job: Any, workdir: Path, rep
     return trainer(spec, workdir=workdir, model_store=model_store, reporter=reporter, should_stop=stop) or {}
 
 
-def _follow(settings: BackendSettings, db: Database, job: Any, stop: StopSignal) -> int:
-    """A torchrun rank other than 0: trains its share and writes nothing (rank 0 reports and settles the job)."""
+def _follow(settings: BackendSettings, db: Database, store: J.JobStore, job: Any, stop: StopSignal) -> int:
+    """A torchrun rank other than 0: trains its share and writes nothing (rank 0 reports and settles the job).
+    It joins the ranks only once rank 0 has claimed the job: a rank 0 that ends the job without training (cancelled
+    before it started) would otherwise leave this one waiting for it in the process group."""
+    deadline = time.monotonic() + CLAIM_WAIT_S
+    while True:
+        row = store.get(job["id"])
+        if row is None or row["status"] in J.TERMINAL or row["cancel_requested"]:
+            return EXIT_OK
+        if row["status"] == "running":
+            break
+        if stop.terminated.is_set() or stop.parent_gone() or time.monotonic() > deadline:
+            return EXIT_INTERRUPTED
+        time.sleep(0.2)
     try:
         _train(settings, db, job, settings.job_dir(job["id"]) / "work", None, stop)
     except BaseException:  # noqa: BLE001 - rank 0 records why; this rank's traceback goes to worker.log
