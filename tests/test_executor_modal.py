@@ -53,6 +53,11 @@ def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_
     api = first.client()
     file_id = upload(api, chat_jsonl(tmp_path / "chat.jsonl", n=8)).json()["id"]
     compute = {"effective_config": {"compute": {"gpu_type": "H100", "gpu_count": 1}}}
+    odd = {**sft_body(file_id), "metadata": {"effective_config": {"compute": {"gpu_type": "RTX-9090",
+                                                                              "gpu_count": 1}}}}
+    refused = api.post("/learning/jobs", json=odd)  # what Modal cannot give is refused before any job exists
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_compute", refused.text
+    assert "not a Modal GPU" in refused.json()["detail"]
     ids: list[str] = []
     call_ids: dict[str, str] = {}
     for steps in (STEPS, 100000):
