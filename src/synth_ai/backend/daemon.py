@@ -189,7 +189,8 @@ def start(settings: BackendSettings, *, timeout: float = START_TIMEOUT_S) -> dic
     _, _, log_file = state_paths(settings.data_dir)
     env = dict(os.environ)
     env["SYNTH_AI_HOME"] = str(settings.data_dir)
-    cmd = [sys.executable, "-m", "synth_ai", "backend", "serve", "--host", settings.host, "--port", str(settings.port)]
+    cmd = [sys.executable, "-m", "synth_ai", "backend", "serve", "--host", settings.host, "--port", str(settings.port),
+           "--executor", settings.executor]
     with open(log_file, "ab") as log:
         log.write(f"\n=== synth-ai backend start ({time.strftime('%Y-%m-%d %H:%M:%S')}) ===\n".encode())
         log.flush()

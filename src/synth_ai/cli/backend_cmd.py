@@ -51,6 +51,7 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
         port: int = typer.Option(None, "--port", min=1, max=65535, help=PORT_HELP),
         timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for it to answer."),
+        executor: str = typer.Option(None, "--executor", help=EXECUTOR_HELP),
         json_flag: bool = json_option(),
     ) -> None:
         """Start the backend in the background (pid and log under the data dir)."""
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
         from synth_ai.backend.settings import BackendSettings
 
         out = output_of(ctx, json_flag)
-        doc = start(BackendSettings.load(host=host, port=port), timeout=timeout)
+        doc = start(BackendSettings.load(host=host, port=port, executor=executor), timeout=timeout)
 
         def human(o) -> None:
             verb = "already running" if doc.get("already_running") else "started"
