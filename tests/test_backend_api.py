@@ -233,7 +233,7 @@ def test_rl_create_queues_when_valid_and_refuses_a_dead_task_app_or_a_bad_body(a
     from synth_ai.taskapp import create_task_app
 
     body = {"job_type": "rl", "compute": {"gpu_type": "H100", "gpu_count": 1},
-            "data": {"endpoint_base_url": f"http://127.0.0.1:{free_port()}/", "base_model": "Qwen/Qwen3-4B",
+            "data": {"endpoint_base_url": f"http://127.0.0.1:{free_port()}/", "base_model": "Qwen/Qwen3-0.6B",
                      "config": {"algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"}}},
             "tags": {"source": "train-cli"}}
     dead = api.post("/rl/jobs", json=body, headers={"Idempotency-Key": "rl-0"})

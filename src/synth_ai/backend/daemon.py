@@ -189,7 +189,8 @@ def start(settings: BackendSettings, *, timeout: float = START_TIMEOUT_S) -> dic
     _, _, log_file = state_paths(settings.data_dir)
     env = dict(os.environ)
     env["SYNTH_AI_HOME"] = str(settings.data_dir)
-    cmd = [sys.executable, "-m", "synth_ai", "backend", "serve", "--host", settings.host, "--port", str(settings.port)]
+    cmd = [sys.executable, "-m", "synth_ai", "backend", "serve", "--host", settings.host, "--port", str(settings.port),
+           "--executor", settings.executor]
     for path in settings.traces:  # absolute already: the dashboard's trace databases as this command resolved them
         cmd += ["--traces", str(path)]
     with open(log_file, "ab") as log:

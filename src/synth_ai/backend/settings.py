@@ -46,6 +46,9 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "warm_worker": ("SYNTH_AI_BACKEND_WARM_WORKER",
                     "1: keep one worker process with the training stack imported, so a job's first step comes in "
                     "seconds (about 400 MB of memory while it waits); 0: every job starts a fresh process."),
+    "executor": ("SYNTH_AI_BACKEND_EXECUTOR",
+                 "What runs jobs: local (one worker process), torchrun (the worker over N local processes, "
+                 "data-parallel SFT) or modal (Modal GPUs; needs a Modal token). See docs/scale.md."),
 }
 
 
@@ -86,11 +89,13 @@ class BackendSettings:
     cancel_grace_s: int = 15
     warm_worker: bool = True
     traces: list[Path] = field(default_factory=list)
+    executor: str = "local"
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, *, data_dir: Path | None = None, host: str | None = None, port: int | None = None,
-             traces: list[str] | None = None) -> BackendSettings:
+             traces: list[str] | None = None, executor: str | None = None) -> BackendSettings:
+        from synth_ai.backend.executors.placement import check_executor_name
         from synth_ai.env.backend_url import embedded_port
         from synth_ai.env.paths import data_dir as default_data_dir
 
@@ -106,6 +111,7 @@ class BackendSettings:
             cancel_grace_s=_env_int(ENV_VARS["cancel_grace_s"][0], 15, minimum=0),
             warm_worker=_env_bool(ENV_VARS["warm_worker"][0], True),
             traces=_trace_paths(traces),
+            executor=check_executor_name(executor or os.environ.get(ENV_VARS["executor"][0], "") or "local"),
         )
 
     # Layout -------------------------------------------------------------------------------------------------

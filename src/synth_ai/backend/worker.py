@@ -28,6 +28,7 @@ from typing import Any
 from synth_ai.backend import jobs as J
 from synth_ai.backend.db import Database, loads, utcnow
 from synth_ai.backend.settings import BackendSettings
+from synth_ai.backend.trainers.distributed import rank_from_env
 from synth_ai.env.extras import install_commands
 
 EXIT_OK = 0
@@ -35,6 +36,7 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped because the backend went away; the job stays `running`
 PARENT_ENV = "SYNTH_AI_BACKEND_PARENT_PID"
 CANCEL_POLL_S = 0.5
+CLAIM_WAIT_S = 120.0  # how long a torchrun rank > 0 waits for rank 0 to claim the job
 
 log = logging.getLogger("synth_ai.backend.worker")
 
@@ -65,10 +67,11 @@ class Reporter:
 class StopSignal:
     """`should_stop()` for the trainer: a cancel in the database, SIGTERM, or the backend gone."""
 
-    def __init__(self, store: J.JobStore, job_id: str, parent_pid: int | None) -> None:
+    def __init__(self, store: J.JobStore, job_id: str, parent_pid: int | None, *, launched: bool = False) -> None:
         self.store = store
         self.job_id = job_id
         self.parent_pid = parent_pid
+        self.launched = launched  # started by a launcher (torchrun): the backend is not our parent, so watch its pid
         self.terminated = threading.Event()
         self._cancelled = False
         self._checked_at = 0.0
@@ -83,7 +86,17 @@ class StopSignal:
         return self._cancelled
 
     def parent_gone(self) -> bool:
-        return self.parent_pid is not None and os.getppid() != self.parent_pid
+        if self.parent_pid is None:
+            return False
+        if self.launched:
+            try:
+                os.kill(self.parent_pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                pass
+            return False
+        return os.getppid() != self.parent_pid
 
     def why(self) -> str:
         if self.parent_gone():
@@ -146,14 +159,18 @@ def run(job_id: str) -> int:
         return EXIT_FAILED
     kind = job["kind"]
     parent = int(os.environ[PARENT_ENV]) if os.environ.get(PARENT_ENV, "").isdigit() else None
-    stop = StopSignal(store, job_id, parent)
+    rank, world = rank_from_env()
+    stop = StopSignal(store, job_id, parent, launched=world > 1)
     signal.signal(signal.SIGTERM, lambda *_: stop.terminated.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    if parent is not None:  # started by a backend (not in a Modal container): die with it
+        _die_with_parent()
     if stop.parent_gone():
         return EXIT_INTERRUPTED
     if job["status"] in J.TERMINAL:
         return EXIT_OK
+    if rank != 0:
+        return _follow(settings, db, store, job, stop)
     if stop.cancelled(fresh=True):
         store.transition(job_id, "cancelled", only_from={"queued", "running"},
                          event=(J.EV_CANCELLED, "Job cancelled before training started.", None, "warning"))
@@ -163,7 +180,9 @@ def run(job_id: str) -> int:
     workdir = settings.job_dir(job_id) / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     resumed = job["attempts"] > 1
-    claimed = store.transition(job_id, "running", only_from={"queued", "running"}, worker_pid=os.getpid(),
+    # Under torchrun the scheduler's pid is the launcher's, which stays the job's worker_pid (what a restart stops).
+    pid_field = {"worker_pid": os.getpid()} if world == 1 else {}
+    claimed = store.transition(job_id, "running", only_from={"queued", "running"}, **pid_field,
                                started_at=job["started_at"] or utcnow(),
                      event=(J.EV_WORKER_STARTED, ("Worker restarted to resume" if resumed else "Worker started")
                             + f" (attempt {job['attempts']}, pid {os.getpid()})",
@@ -173,16 +192,7 @@ def run(job_id: str) -> int:
     if not claimed:  # cancelled (or settled) between the scheduler starting us and now
         return EXIT_OK
     try:
-        files = _file_paths(db, settings, job_id)
-        spec = job_spec(job, files, job_id)
-        from synth_ai.backend.modelstore import ModelStore
-
-        model_store = ModelStore(settings.data_dir)
-        if kind == "sft":
-            from synth_ai.backend.trainers.sft import run_sft as trainer
-        else:
-            from synth_ai.backend.trainers.rl import run_rl as trainer  # type: ignore[import-not-found]
-        result = trainer(spec, workdir=workdir, model_store=model_store, reporter=reporter, should_stop=stop) or {}
+        result = _train(settings, db, job, workdir, reporter, stop)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's reason
         if stop.cancelled(fresh=True):
             _record_cancel(store, job_id, reporter)
@@ -217,6 +227,44 @@ def run(job_id: str) -> int:
     store.transition(job_id, "succeeded", only_from={"running"}, fine_tuned_model=fine_tuned, error=None,
                      event=(J.EV_COMPLETED, f"Job completed: {fine_tuned}", data, "info"),
                      message=f"fine-tuned model {fine_tuned}")
+    return EXIT_OK
+
+
+def _train(settings: BackendSettings, db: Database, job: Any, workdir: Path, reporter: Any,
+           stop: StopSignal) -> dict[str, Any]:
+    """The job function: the same for every executor (each torchrun rank, a Modal container, the local worker)."""
+    from synth_ai.backend.modelstore import ModelStore
+
+    spec = job_spec(job, _file_paths(db, settings, job["id"]), job["id"])
+    model_store = ModelStore(settings.data_dir)
+    if job["kind"] == "sft":
+        from synth_ai.backend.trainers.sft import run_sft as trainer
+    else:
+        from synth_ai.backend.trainers.rl import run_rl as trainer  # type: ignore[import-not-found]
+    return trainer(spec, workdir=workdir, model_store=model_store, reporter=reporter, should_stop=stop) or {}
+
+
+def _follow(settings: BackendSettings, db: Database, store: J.JobStore, job: Any, stop: StopSignal) -> int:
+    """A torchrun rank other than 0: trains its share and writes nothing (rank 0 reports and settles the job).
+    It joins the ranks only once rank 0 has claimed the job: a rank 0 that ends the job without training (cancelled
+    before it started) would otherwise leave this one waiting for it in the process group."""
+    deadline = time.monotonic() + CLAIM_WAIT_S
+    while True:
+        row = store.get(job["id"])
+        if row is None or row["status"] in J.TERMINAL or row["cancel_requested"]:
+            return EXIT_OK
+        if row["status"] == "running":
+            break
+        if stop.terminated.is_set() or stop.parent_gone() or time.monotonic() > deadline:
+            return EXIT_INTERRUPTED
+        time.sleep(0.2)
+    try:
+        _train(settings, db, job, settings.job_dir(job["id"]) / "work", None, stop)
+    except BaseException:  # noqa: BLE001 - rank 0 records why; this rank's traceback goes to worker.log
+        if stop.stopped:
+            return EXIT_INTERRUPTED
+        traceback.print_exc()
+        return EXIT_FAILED
     return EXIT_OK
 
 

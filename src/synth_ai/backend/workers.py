@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from synth_ai.backend import jobs as J
 from synth_ai.backend.db import Database
+from synth_ai.backend.executors import NoExecutorError, launch_for
 from synth_ai.backend.settings import BackendSettings
 from synth_ai.backend.warm import WarmPool
 from synth_ai.backend.worker import EXIT_INTERRUPTED, PARENT_ENV
@@ -195,6 +195,12 @@ class Scheduler:
                 continue
             try:
                 self._spawn(row)
+            except NoExecutorError as exc:  # the job asks for what nothing here can run (docs/scale.md)
+                reason = f"{exc.message} {exc.hint or ''}".strip()
+                self.store.transition(row["id"], "failed", only_from={"queued"}, error=reason,
+                                      event=(J.EV_FAILED, f"Job failed: {reason}", {"reason": reason}, "error"),
+                                      message=reason)
+                continue
             except OSError as exc:  # cannot fork, no python, disk full for the log: the job cannot run
                 reason = f"the backend could not start a worker process: {exc}"
                 log.exception("starting a worker for %s failed", row["id"])
@@ -212,6 +218,7 @@ class Scheduler:
 
     def _spawn(self, row) -> None:
         job_id = row["id"]
+        launch = launch_for(self.settings.executor, row)
         job_dir = self.settings.job_dir(job_id)
         job_dir.mkdir(parents=True, exist_ok=True)
         log_path = job_dir / "worker.log"
@@ -223,13 +230,13 @@ class Scheduler:
         with open(log_path, "ab") as log_file:
             log_file.write(f"\n=== attempt {attempts} ===\n".encode())
             log_file.flush()
-            warm = None if cold else self.warm.take(job_id)
+            warm = None if cold or launch.executor != "local" else self.warm.take(job_id)
             proc = warm
             if proc is None:
-                env = self._worker_env()
+                env = {**self._worker_env(), **launch.env}
                 env[PARENT_ENV] = str(os.getpid())
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "synth_ai.backend.worker", job_id],
+                    launch.argv,
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env,
                     cwd=str(job_dir), start_new_session=True, close_fds=True)
         self.store.update(job_id, worker_pid=proc.pid)

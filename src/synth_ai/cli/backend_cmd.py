@@ -10,6 +10,9 @@ HOST_HELP = "Interface to bind. 127.0.0.1 (default) keeps the backend private to
 PORT_HELP = "Port to listen on (default: $SYNTH_AI_BACKEND_PORT, else 8000)."
 TRACES_HELP = ("Trace database (SQLite file, or a folder of them) whose eval runs the dashboard shows; repeatable. "
                "Adds to $SYNTH_AI_BACKEND_TRACES and ./traces/v3.")
+EXECUTOR_HELP = ("What runs jobs: local (one worker process), torchrun (N local processes, data-parallel SFT) or modal "
+                 "(Modal GPUs; needs `modal token set`). Default: $SYNTH_AI_BACKEND_EXECUTOR, else local. "
+                 "See docs/scale.md.")
 
 
 def register(app: typer.Typer) -> None:
@@ -25,13 +28,14 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(None, "--port", min=1, max=65535, help=PORT_HELP),
         log_level: str = typer.Option("info", "--log-level", help="uvicorn log level: debug, info, warning, error."),
         traces: list[str] = typer.Option(None, "--traces", help=TRACES_HELP),
+        executor: str = typer.Option(None, "--executor", help=EXECUTOR_HELP),
     ) -> None:
         """Run the backend (API and dashboard at /) in the foreground until Ctrl-C."""
         from synth_ai.backend.daemon import serve
         from synth_ai.backend.settings import BackendSettings
 
         out = output_of(ctx)
-        settings = BackendSettings.load(host=host, port=port, traces=traces)
+        settings = BackendSettings.load(host=host, port=port, traces=traces, executor=executor)
 
         def ready(state: dict) -> None:
             from synth_ai.backend.auth import keys_path
@@ -39,7 +43,8 @@ def register(app: typer.Typer) -> None:
             if out.json_mode:
                 return
             out.info(f"synth-ai backend listening on {state['url']} (API base {state['api_base']})")
-            out.info(f"data dir {settings.data_dir}; API keys in {keys_path(settings.data_dir)}")
+            out.info(f"data dir {settings.data_dir}; API keys in {keys_path(settings.data_dir)}; "
+                     f"jobs run with the {settings.executor} executor")
             out.info("dashboard: run `synth-ai backend open` for a login link")
 
         serve(settings, log_level=log_level, on_ready=ready)
@@ -51,6 +56,7 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(None, "--port", min=1, max=65535, help=PORT_HELP),
         timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for it to answer."),
         traces: list[str] = typer.Option(None, "--traces", help=TRACES_HELP),
+        executor: str = typer.Option(None, "--executor", help=EXECUTOR_HELP),
         json_flag: bool = json_option(),
     ) -> None:
         """Start the backend in the background (pid and log under the data dir)."""
@@ -58,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from synth_ai.backend.settings import BackendSettings
 
         out = output_of(ctx, json_flag)
-        doc = start(BackendSettings.load(host=host, port=port, traces=traces), timeout=timeout)
+        doc = start(BackendSettings.load(host=host, port=port, traces=traces, executor=executor), timeout=timeout)
 
         def human(o) -> None:
             verb = "already running" if doc.get("already_running") else "started"

@@ -85,6 +85,22 @@ def idempotent_create(backend: Backend, request: Request, body: Any, create: Cal
     return JSONResponse(response, status_code=status)
 
 
+def require_executor(backend: Backend, kind: str, model: str, payload: dict[str, Any]) -> None:
+    """Refuse now a job that nothing here can run (a 32B model on a CPU-only backend without Modal)."""
+    from synth_ai.backend.executors.modal_plan import plan_for
+    from synth_ai.backend.executors.placement import NoExecutorError, choose, job_needs
+    from synth_ai.errors import InvalidInputError
+
+    needs = job_needs(kind, model, payload)
+    try:
+        if choose(backend.settings.executor, needs) == "modal":
+            plan_for("check", needs)  # a [compute] Modal cannot give (an unknown GPU, 16 per container) is a 400 now
+    except NoExecutorError as exc:
+        raise ApiError(400, exc.code, exc.message, hint=exc.hint, details=exc.details) from None
+    except InvalidInputError as exc:
+        raise ApiError(400, "invalid_compute", exc.message, hint=exc.hint) from None
+
+
 def start_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:
     row = load_job(backend, job_id, kind)
     if row["status"] == "created":

@@ -14,7 +14,13 @@ from synth_ai.backend.db import MAX_INTEGER
 from synth_ai.backend.errors import ApiError, not_found
 from synth_ai.backend.files import DATASET_PURPOSES
 from synth_ai.backend.payloads import check_sft_body, sft_file_ids
-from synth_ai.backend.routes.jobs_common import add_job_routes, idempotent_create, list_jobs_doc, replay
+from synth_ai.backend.routes.jobs_common import (
+    add_job_routes,
+    idempotent_create,
+    list_jobs_doc,
+    replay,
+    require_executor,
+)
 from synth_ai.errors import SynthError
 
 router = APIRouter(tags=["learning"])
@@ -78,6 +84,7 @@ def create_sft_job(request: Request, body: Any = Body(...)) -> JSONResponse:
         return replayed
     clean = check_sft_body(body, known_fine_tuned=lambda m: backend.model_store.fine_tuned_entry(m) is not None)
     _check_trainer_settings(clean)
+    require_executor(backend, "sft", clean["model"], clean)
     training, validation = sft_file_ids(clean)
     _check_file(backend, training, "training")
     for file_id in validation:

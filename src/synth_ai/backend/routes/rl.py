@@ -21,7 +21,13 @@ from synth_ai.backend.auth import WITH_JOB, environment_keys, known_environment_
 from synth_ai.backend.db import MAX_INTEGER
 from synth_ai.backend.errors import ApiError
 from synth_ai.backend.payloads import check_rl_body
-from synth_ai.backend.routes.jobs_common import add_job_routes, idempotent_create, list_jobs_doc, replay
+from synth_ai.backend.routes.jobs_common import (
+    add_job_routes,
+    idempotent_create,
+    list_jobs_doc,
+    replay,
+    require_executor,
+)
 from synth_ai.backend.taskapp_probe import HEADER_STYLES, auth_headers, health_ok, require_usable_task_app, snippet
 from synth_ai.env.secrets import mask_secret
 
@@ -56,6 +62,7 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     _check_reward_settings(clean["data"]["config"])
     data = clean["data"]
     model = data.get("base_model") or data.get("model")
+    require_executor(backend, "rl", str(model or ""), clean)
     # Refuse now what the worker would fail on minutes later: no key, every key refused, nothing listening.
     require_usable_task_app(str(data["endpoint_base_url"]), known_environment_keys(backend.settings.data_dir))
 

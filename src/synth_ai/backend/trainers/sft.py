@@ -24,6 +24,10 @@ Events: `sft.training.started`, `sft.config.adjusted`, `sft.data.truncated`, `sf
 evaluations. A metric's `step` is the number of optimizer updates applied before it was measured: the first
 step's loss is reported at step 0, a validation before training at step 0, the final validation at step N.
 The job's terminal events (`sft.job.completed` / `failed`) belong to the server.
+
+Settings are read in `sft_settings`. Under torchrun (`synth_ai.backend.trainers.distributed`) every rank runs
+this loop on its share of each step's micro-batches; gradients are averaged by DDP and only rank 0 reports,
+checkpoints and saves the final model.
 """
 
 from __future__ import annotations
@@ -32,228 +36,43 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from dataclasses import replace as _dataclass_replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from synth_ai.backend.trainers import distributed
 from synth_ai.backend.trainers.common import PROJECTOR_ALIASES  # noqa: F401 - re-exported
 from synth_ai.backend.trainers.common import NullContext as _NullContext
 from synth_ai.backend.trainers.common import jsonable as _jsonable
 from synth_ai.backend.trainers.common import save_final as _save_final
 from synth_ai.backend.trainers.common import wrap_lora as _wrap_lora
-from synth_ai.errors import InvalidInputError, NotFoundError
-
-FULL_KINDS = {"full", "full_finetune", "full-finetune", "fft", "full_ft", "sft", "supervised_finetune"}
-LORA_KINDS = {"lora", "peft", "qlora"}
-DEFAULT_LORA_TARGETS = "all-linear"
-
-
-class Reporter(Protocol):
-    def event(self, type: str, message: str, data: dict[str, Any] | None = None, level: str = "info") -> None: ...
-
-    def metric(self, name: str, step: int, value: float, phase: str = "train") -> None: ...
-
-
-class TrainingCancelled(Exception):
-    """`should_stop()` answered True: training stopped between steps (a checkpoint was saved first)."""
-
-    def __init__(self, step: int, checkpoint: Path | None) -> None:
-        super().__init__(f"training stopped at step {step}")
-        self.step = step
-        self.checkpoint = checkpoint
-
-
-# Settings ---------------------------------------------------------------------------------------------------------
-@dataclass
-class Settings:
-    base_model: str
-    job_id: str
-    mode: str  # "full" | "lora"
-    learning_rate: float
-    n_epochs: int | None
-    total_steps: int | None
-    warmup_ratio: float = 0.0
-    lr_scheduler: str = "linear"
-    per_device_batch: int = 1
-    gradient_accumulation_steps: int = 1
-    sequence_length: int | None = 4096
-    eval_steps: int = 0
-    save_steps: int | None = None
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    logging_steps: int | None = None
-    bf16: bool | None = None
-    activation_checkpointing: bool = False
-    max_images_per_message: int | None = None
-    lora_r: int = 16
-    lora_alpha: float = 32.0
-    lora_dropout: float = 0.05
-    lora_targets: Any = DEFAULT_LORA_TARGETS
-    notes: list[str] = field(default_factory=list)
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What must not change between a checkpoint and its resume."""
-        keep = ("base_model", "mode", "n_epochs", "total_steps", "per_device_batch", "gradient_accumulation_steps",
-                "sequence_length", "seed", "lora_r", "lora_targets")
-        data = asdict(self)
-        return {k: data[k] for k in keep}
-
-
-def _pick(*candidates: tuple[str, Any]) -> tuple[str | None, Any]:
-    for key, value in candidates:
-        if value is not None and value != "":
-            return key, value
-    return None, None
-
-
-def _int(key: str, value: Any, *, minimum: int = 1) -> int:
-    if isinstance(value, bool):
-        raise InvalidInputError(f"{key} must be an integer (found {value!r}).")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{key} must be an integer (found {value!r}).") from None
-    if not number.is_integer() or number < minimum:
-        raise InvalidInputError(f"{key} must be an integer >= {minimum} (found {value!r}).")
-    return int(number)
-
-
-def _float(key: str, value: Any, *, low: float | None = None, high: float | None = None,
-           strict_low: bool = False) -> float:
-    if isinstance(value, bool):
-        raise InvalidInputError(f"{key} must be a number (found {value!r}).")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{key} must be a number (found {value!r}).") from None
-    if not math.isfinite(number) or (low is not None and (number <= low if strict_low else number < low)) or (
-            high is not None and number > high):
-        bounds = f"{'>' if strict_low else '>='} {low}" if low is not None else ""
-        if high is not None:
-            bounds += f"{' and ' if bounds else ''}<= {high}"
-        raise InvalidInputError(f"{key} must be a number {bounds} (found {value!r}).")
-    return number
-
-
-def resolve_settings(spec: dict[str, Any]) -> Settings:
-    """Read the job payload into `Settings`, refusing bad values with the key that holds them."""
-    model = spec.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidInputError("The SFT job has no model.", hint="Set [job].model, e.g. 'synth-ai/tiny-qwen3'.")
-    hp = dict(spec.get("hyperparameters") or {})
-    effective = ((spec.get("metadata") or {}).get("effective_config") or {})
-    training = effective.get("training") or {}
-    lora_cfg = dict(effective.get("lora") or training.get("lora") or {})
-    model_cfg = effective.get("model_config") or effective.get("model") or {}
-    algorithm = effective.get("algorithm") or {}
-    notes: list[str] = []
-
-    _, kind = _pick(("hyperparameters.train_kind", hp.get("train_kind")),
-                    ("[training].mode", training.get("mode")), ("[algorithm].variety", algorithm.get("variety")))
-    kind = str(kind or "full").strip().lower()
-    if training.get("use_qlora") or kind == "qlora":
-        notes.append("QLoRA was requested; this backend trains LoRA adapters without quantising the base model.")
-    if kind in FULL_KINDS:
-        mode = "full"
-    elif kind in LORA_KINDS:
-        mode = "lora"
-    else:
-        raise InvalidInputError(f"Unknown training mode '{kind}'.",
-                                hint="Use 'full' (or full_finetune, fft) or 'lora' (or peft).")
-
-    step_key, steps = _pick(("hyperparameters.total_steps", hp.get("total_steps")),
-                            ("hyperparameters.train_steps", hp.get("train_steps")),
-                            ("hyperparameters.steps", hp.get("steps")))
-    total_steps = _int(step_key, steps) if step_key else None
-    raw_epochs = hp.get("n_epochs")
-    n_epochs = None if total_steps else (_int("hyperparameters.n_epochs", raw_epochs) if raw_epochs is not None
-                                         else 1)
-
-    default_lr = 2e-4 if mode == "lora" else 2e-5
-    lr = _float("hyperparameters.learning_rate", hp.get("learning_rate", default_lr), low=0.0, strict_low=True)
-    warmup = _float("hyperparameters.warmup_ratio", hp.get("warmup_ratio", 0.0), low=0.0, high=1.0)
-    scheduler = str(hp.get("lr_scheduler_type") or hp.get("lr_scheduler") or "linear").lower()
-    if scheduler not in {"linear", "cosine", "constant"}:
-        raise InvalidInputError(f"hyperparameters.lr_scheduler_type must be linear, cosine or constant "
-                                f"(found {scheduler!r}).")
-    batch_key, batch = _pick(("hyperparameters.per_device_batch", hp.get("per_device_batch")),
-                             ("hyperparameters.batch_size", hp.get("batch_size")))
-    per_device = _int(batch_key, batch) if batch_key else 1
-    if hp.get("gradient_accumulation_steps") is not None:
-        accum = _int("hyperparameters.gradient_accumulation_steps", hp["gradient_accumulation_steps"])
-    elif hp.get("global_batch") is not None:
-        accum = max(1, math.ceil(_int("hyperparameters.global_batch", hp["global_batch"]) / per_device))
-    else:
-        accum = 1
-    seq = hp.get("sequence_length") or hp.get("max_length") or hp.get("max_seq_length")
-    sequence_length = _int("hyperparameters.sequence_length", seq, minimum=8) if seq else 4096
-
-    validation = training.get("validation") or {}
-    eval_raw = hp.get("eval_steps", validation.get("eval_steps"))
-    eval_steps = _int("hyperparameters.eval_steps", eval_raw, minimum=0) if eval_raw not in (None, "") else 0
-    if str(hp.get("evaluation_strategy", "steps")).lower() == "no":
-        eval_steps = 0
-    save_raw = hp.get("save_steps") or hp.get("checkpoint_steps")
-    save_steps = _int("hyperparameters.save_steps", save_raw) if save_raw else None
-    logging_raw = hp.get("logging_steps")
-    logging_steps = _int("hyperparameters.logging_steps", logging_raw) if logging_raw else None
-    parallelism = hp.get("parallelism") or {}
-    bf16 = parallelism.get("bf16") if isinstance(parallelism, dict) else None
-
-    _, max_images = _pick(("hyperparameters.max_images_per_message", hp.get("max_images_per_message")),
-                          ("[model_config].max_images_per_message", model_cfg.get("max_images_per_message")),
-                          ("[training].max_images_per_message", training.get("max_images_per_message")))
-    if max_images is not None:
-        max_images = _int("max_images_per_message", max_images, minimum=0)
-
-    _, rank = _pick(("lora_rank", hp.get("lora_rank")), ("lora.r", lora_cfg.get("r")),
-                    ("lora.rank", lora_cfg.get("rank")))
-    _, alpha = _pick(("lora_alpha", hp.get("lora_alpha")), ("lora.alpha", lora_cfg.get("alpha")),
-                     ("lora.lora_alpha", lora_cfg.get("lora_alpha")))
-    _, dropout = _pick(("lora_dropout", hp.get("lora_dropout")), ("lora.dropout", lora_cfg.get("dropout")),
-                       ("lora.lora_dropout", lora_cfg.get("lora_dropout")))
-    _, targets = _pick(("lora_target_modules", hp.get("lora_target_modules")),
-                       ("lora.target_modules", lora_cfg.get("target_modules")))
-    lora_r = _int("lora_rank", rank) if rank is not None else 16
-    lora_alpha = _float("lora_alpha", alpha, low=0.0, strict_low=True) if alpha is not None else 2.0 * lora_r
-    lora_dropout = _float("lora_dropout", dropout, low=0.0, high=0.99) if dropout is not None else 0.05
-    if targets is None:
-        targets = DEFAULT_LORA_TARGETS
-    elif isinstance(targets, str):
-        targets = targets.strip()
-    elif isinstance(targets, (list, tuple)) and targets and all(isinstance(t, str) for t in targets):
-        targets = [t.strip() for t in targets]
-        if "all-linear" in targets:
-            targets = "all-linear"
-    else:
-        raise InvalidInputError(f"lora_target_modules must be 'all-linear' or a list of module names "
-                                f"(found {targets!r}).")
-
-    return Settings(
-        base_model=model.strip(), job_id=str(spec.get("job_id") or "local"), mode=mode, learning_rate=lr,
-        n_epochs=n_epochs, total_steps=total_steps, warmup_ratio=warmup, lr_scheduler=scheduler,
-        per_device_batch=per_device, gradient_accumulation_steps=accum, sequence_length=sequence_length,
-        eval_steps=eval_steps, save_steps=save_steps,
-        weight_decay=_float("hyperparameters.weight_decay", hp.get("weight_decay", 0.0), low=0.0),
-        max_grad_norm=_float("hyperparameters.max_grad_norm", hp.get("max_grad_norm", 1.0), low=0.0),
-        seed=_int("hyperparameters.seed", hp.get("seed", 42), minimum=0), logging_steps=logging_steps,
-        bf16=bf16 if isinstance(bf16, bool) else None,
-        activation_checkpointing=bool(isinstance(parallelism, dict) and parallelism.get("activation_checkpointing")),
-        max_images_per_message=max_images, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-        lora_targets=targets, notes=notes,
-    )
+from synth_ai.backend.trainers.sft_settings import (  # noqa: F401 - re-exported (rl.settings, routes, tests)
+    DEFAULT_LORA_TARGETS,
+    FULL_KINDS,
+    LORA_KINDS,
+    Reporter,
+    Settings,
+    TrainingCancelled,
+    _float,
+    _int,
+    data_path,
+    lr_schedule,
+    resolve_settings,
+)
+from synth_ai.errors import InvalidInputError
 
 
 # The loop ---------------------------------------------------------------------------------------------------------
 def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: Reporter,
             should_stop: Callable[[], bool]) -> dict[str, Any]:
     settings = resolve_settings(spec)
+    dp = distributed.current()
+    if not dp.main:  # the other ranks of a torchrun job train silently; rank 0 reports for the job
+        reporter = _Silent()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    train_path = _data_path(spec, "training_file_path", required=True)
-    val_path = _data_path(spec, "validation_file_path", required=False)
+    train_path = data_path(spec, "training_file_path", required=True)
+    val_path = data_path(spec, "validation_file_path", required=False)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
@@ -314,15 +133,18 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     prep_s = time.perf_counter() - prep_started
 
     # Plan ----------------------------------------------------------------------------------------------------------
+    # Under torchrun a step takes `accum` micro-batches on each of the `world` ranks (global batch =
+    # per_device_batch x accum x world); one process with accum x world gives the same steps.
     batch, accum = settings.per_device_batch, settings.gradient_accumulation_steps
+    step_micro = accum * dp.world
     lengths = [e.length for e in train]
     per_epoch = math.ceil(len(train) / batch)
     if settings.total_steps:
         total_steps = settings.total_steps
-        total_micro = total_steps * accum
+        total_micro = total_steps * step_micro
     else:
         total_micro = per_epoch * (settings.n_epochs or 1)
-        total_steps = math.ceil(total_micro / accum)
+        total_steps = math.ceil(total_micro / step_micro)
     micro: list[list[int]] = []
     epoch = 0
     while len(micro) < total_micro:
@@ -356,7 +178,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
                                   eps=1e-8, weight_decay=settings.weight_decay,
                                   **({"fused": True} if where.device == "cuda" else {"foreach": True}))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _schedule(settings.lr_scheduler, warmup_steps, total_steps))
+        optimizer, lr_schedule(settings.lr_scheduler, warmup_steps, total_steps))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>") if vision else None
     vision_dtype = next(decoder.visual.parameters()).dtype if vision else None
@@ -391,7 +213,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
             "start_step": start_step, "n_epochs": settings.n_epochs, "examples": len(train),
             "validation_examples": len(val), "train_tokens": train_encoder.stats.tokens,
             "label_tokens": train_encoder.stats.label_tokens, "per_device_batch": batch,
-            "gradient_accumulation_steps": accum, "learning_rate": settings.learning_rate,
+            "gradient_accumulation_steps": accum, "world_size": dp.world, "learning_rate": settings.learning_rate,
             "warmup_steps": warmup_steps, "lr_scheduler": settings.lr_scheduler,
             "sequence_length": settings.sequence_length, "trainable_params": n_trainable, "total_params": n_total,
             "device": where.device, "dtype": "bf16" if use_bf16 else "fp32", "threads": threads,
@@ -434,6 +256,8 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
 
     def run_eval(step: int) -> None:
         nonlocal best
+        if not dp.main:
+            return
         value, count = evaluate()
         reporter.metric("val.loss", step, value, phase="eval")
         if best is None or value < best[0]:
@@ -442,7 +266,9 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
                {"step": step, "val_loss": value, "examples": len(val), "label_tokens": count,
                 "best_val_loss": best[0], "best_step": best[1]})
 
-    def checkpoint(step: int, last_loss: float | None) -> Path:
+    def checkpoint(step: int, last_loss: float | None) -> Path | None:
+        if not dp.main:
+            return None
         state = {"fingerprint": _jsonable(settings.fingerprint()), "train_loss_first": first_loss,
                  "train_loss_last": last_loss, "history": {"best": list(best) if best else None},
                  "total_steps": total_steps}
@@ -455,7 +281,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     trained_tokens, last_loss = 0, None
     last_save = last_progress = time.monotonic()
     for step in range(start_step, total_steps):
-        if should_stop():
+        if dp.any(should_stop()):
             saved_at = checkpoint(step, last_loss) if step > start_step else resume_from
             _event(reporter, "sft.training.stopped", f"Stopped at step {step} of {total_steps} as asked.",
                    {"step": step, "checkpoint": str(saved_at) if saved_at else None})
@@ -463,21 +289,22 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
         t0 = time.perf_counter()
         lr = scheduler.get_last_lr()[0]
         batches = [to_device(collate([train[i] for i in idx], pad_id, pixels))
-                   for idx in micro[step * accum:(step + 1) * accum]]
-        labelled = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+                   for idx in dp.shard(micro[step * step_micro:(step + 1) * step_micro])]
+        labelled = dp.sum(sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches))
         step_loss = 0.0
         for b in batches:
             loss = loss_sum(b) / labelled
             loss.backward()
             step_loss += loss.detach()
+        dp.sum_grads(list(trainable.values()))
         if settings.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(list(trainable.values()), settings.max_grad_norm)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        value = float(step_loss)
+        value = dp.sum(float(step_loss))
         elapsed = time.perf_counter() - t0
-        tokens = sum(b["tokens"] for b in batches)
+        tokens = int(dp.sum(sum(b["tokens"] for b in batches)))
         trained_tokens += tokens
         if first_loss is None:
             first_loss = value
@@ -493,7 +320,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
             rate = (done - start_step) / max(spent, 1e-9)
             _event(reporter, "sft.progress", f"step {done}/{total_steps} loss {value:.4f}",
                    {"step": done, "total_steps": total_steps, "loss": value, "learning_rate": lr,
-                    "epoch": round(min(step * accum + accum, total_micro) / per_epoch, 3),
+                    "epoch": round(min((step + 1) * step_micro, total_micro) / per_epoch, 3),
                     "tokens_per_second": round(trained_tokens / max(spent, 1e-9), 1),
                     "elapsed_s": round(spent, 2), "eta_s": round((total_steps - done) / max(rate, 1e-9), 1)})
         if eval_every and done % eval_every == 0 and done != total_steps:
@@ -511,6 +338,8 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     final_dir = workdir / "final"
     fine_tuned = f"ft:{root_base}:{settings.job_id}"
     final_model, card = model, settings
+    if not dp.main:  # rank 0 saves and registers the model; the job's result is the same on every rank
+        return {"fine_tuned_model": fine_tuned, "steps": total_steps, "rank": dp.rank}
     if root_base != settings.base_model:  # started from a fine-tune: the saved model (merged) names the root base
         final_model = model.merge_and_unload() if settings.mode == "lora" else model
         card = _dataclass_replace(settings, base_model=root_base, mode="full")
@@ -529,18 +358,6 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
 def _event(reporter: Reporter, kind: str, message: str, data: dict[str, Any] | None = None,
            level: str = "info") -> None:
     reporter.event(kind, message, data, level=level)
-
-
-def _data_path(spec: dict[str, Any], key: str, *, required: bool) -> Path | None:
-    raw = spec.get(key)
-    if not raw:
-        if required:
-            raise InvalidInputError(f"The SFT job spec has no {key}.")
-        return None
-    path = Path(raw)
-    if not path.is_file():
-        raise NotFoundError(f"{key} {path} does not exist.")
-    return path
 
 
 def _registry_image_limit(model_id: str) -> int:
@@ -570,16 +387,11 @@ def _data_events(reporter: Reporter, split: str, stats: Any, settings: Settings)
                {"split": split, "skipped": stats.skipped_no_labels}, level="warning")
 
 
-def _schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:
-    def factor(step: int) -> float:
-        if warmup and step < warmup:
-            return (step + 1) / warmup
-        if kind == "constant":
-            return 1.0
-        progress = (step - warmup) / max(1, total - warmup)
-        progress = min(max(progress, 0.0), 1.0)
-        if kind == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-        return max(0.0, 1.0 - progress)
+class _Silent:
+    """The reporter of a torchrun rank other than 0."""
 
-    return factor
+    def event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def metric(self, *args: Any, **kwargs: Any) -> None:
+        pass

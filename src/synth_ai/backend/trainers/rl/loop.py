@@ -55,16 +55,14 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from synth_ai.backend.inference.policy_server import LocalPolicyServer
+    from synth_ai.backend.trainers.rl.engine_choice import build_rollout_engine
     from synth_ai.backend.trainers.rl.rollouts import RolloutRunner, pick_environment_key
 
     trainer = GSPOTrainer(settings, model_store, workdir)
     state = trainer.resume(reporter)
     history: list[dict[str, Any]] = state.get("history", [])
     start = int(state.get("iteration", 0))
-    engine = LocalPolicyServer(trainer.served(), seed=settings.seed,
-                               share_weights=settings.weight_sync_interval == 1,
-                               max_images=settings.max_images_per_step, cid_prefix=f"{settings.job_id}-")
+    engine = build_rollout_engine(settings, trainer, spec, reporter)  # built-in, or vLLM on GPUs (engine_choice)
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
     runner = RolloutRunner(settings, engine, api_key, should_stop)

@@ -1,0 +1,155 @@
+"""Which executor runs a job: the backend's choice (`--executor` / SYNTH_AI_BACKEND_EXECUTOR), overridden per job
+when the job asks for more than this machine has.
+
+A job's needs come from its payload: `[compute] gpu_type / gpu_count / nodes` (SFT: `metadata.effective_config.
+compute`; RL: `compute` or `data.config.compute`) and the model's size from the registry (a fine-tune counts as its
+base). The rule (docs/scale.md):
+
+- models up to CPU_MAX_PARAMS_B (the tiny models, Qwen3-0.6B/1.7B) run anywhere; their `[compute]` describes hosted
+  hardware and is ignored here, as it always was;
+- a bigger model needs GPUs: the local and torchrun executors take it when this machine has at least
+  gpu_count x nodes GPUs (nodes > 1 never runs here), else it goes to Modal when Modal is usable, else the job is
+  refused with what would run it - never a silent CPU run of a 32B model.
+
+This module is imported by the API process: no torch, no modal (GPUs are counted from /dev and CUDA_VISIBLE_DEVICES).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from synth_ai.errors import InvalidInputError, UnavailableError
+
+EXECUTORS = ("local", "torchrun", "modal")
+CPU_MAX_PARAMS_B = 2.0
+GPU_COUNT_ENV = "SYNTH_AI_BACKEND_GPUS"  # overrides the count of local GPUs (tests, containers without /dev/nvidia*)
+MODAL_TOKEN_HINT = ("Give this backend a Modal token: run `modal token set --token-id … --token-secret …` (or "
+                    "`modal token new`), or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in the backend's environment, "
+                    "then restart it with `synth-ai backend serve --executor modal`.")
+
+
+class NoExecutorError(UnavailableError):
+    """Nothing this backend can use would run the job as configured."""
+
+    code = "no_executor"
+
+
+@dataclass(frozen=True)
+class JobNeeds:
+    kind: str
+    model: str
+    params_b: float | None  # None: unknown size (a local folder, an unlisted model)
+    gpu_type: str | None
+    gpu_count: int
+    nodes: int
+
+    @property
+    def gpus(self) -> int:
+        return self.gpu_count * self.nodes
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.params_b is not None and self.params_b > CPU_MAX_PARAMS_B
+
+    def describe(self) -> str:
+        size = f"{self.params_b:g}B parameters" if self.params_b is not None else "unknown size"
+        hw = f"{self.gpu_count} x {self.gpu_type or 'GPU'}" + (f" on {self.nodes} nodes" if self.nodes > 1 else "")
+        return f"{self.model} ({size}) on {hw}"
+
+
+def parse_params_b(text: str) -> float | None:
+    """'32B' -> 32, '30B-A3B' -> 30 (total, what memory needs), '0.14M' -> 0.00014; '' -> None."""
+    match = re.match(r"\s*([0-9.]+)\s*([MB])", text or "", re.IGNORECASE)
+    if not match:
+        return None
+    value = float(match.group(1))
+    return value / 1000.0 if match.group(2).upper() == "M" else value
+
+
+def model_params_b(model: str) -> float | None:
+    from synth_ai.models.registry import find_model
+
+    base = model.split(":")[1] if model.startswith("ft:") and model.count(":") >= 2 else model
+    info = find_model(base)
+    return parse_params_b(info.parameters) if info is not None else None
+
+
+def _compute_of(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    if kind == "sft":
+        effective = ((payload.get("metadata") or {}).get("effective_config") or {})
+        compute = effective.get("compute")
+    else:
+        data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
+        config = data.get("config") if isinstance(data.get("config"), dict) else {}
+        compute = payload.get("compute") or config.get("compute")
+    return compute if isinstance(compute, dict) else {}
+
+
+def job_needs(kind: str, model: str, payload: dict[str, Any]) -> JobNeeds:
+    compute = _compute_of(kind, payload)
+
+    def count(key: str) -> int:
+        value = compute.get(key, 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+    gpu_type = compute.get("gpu_type") if isinstance(compute.get("gpu_type"), str) else None
+    return JobNeeds(kind=kind, model=model, params_b=model_params_b(model), gpu_type=gpu_type,
+                    gpu_count=count("gpu_count"), nodes=count("nodes"))
+
+
+def local_gpu_count() -> int:
+    raw = os.environ.get(GPU_COUNT_ENV, "").strip()
+    if raw.isdigit():
+        return int(raw)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def modal_token_configured() -> bool:
+    """A token in the environment or in ~/.modal.toml (looked at, not validated: that needs the network)."""
+    if os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"):
+        return True
+    config = Path(os.environ.get("MODAL_CONFIG_PATH") or Path.home() / ".modal.toml")
+    try:
+        text = config.read_text()
+    except OSError:
+        return False
+    return "token_id" in text and "token_secret" in text
+
+
+def check_executor_name(name: str) -> str:
+    value = (name or "local").strip().lower()
+    if value not in EXECUTORS:
+        raise InvalidInputError(f"Unknown executor {name!r}.", hint=f"Use one of: {', '.join(EXECUTORS)}.")
+    if value == "modal" and not modal_token_configured():
+        raise InvalidInputError("The modal executor needs a Modal token, and this backend has none.",
+                                hint=MODAL_TOKEN_HINT)
+    return value
+
+
+def choose(backend_executor: str, needs: JobNeeds, *, gpus: int | None = None) -> str:
+    """The executor for this job, or NoExecutorError saying what would run it."""
+    gpus = local_gpu_count() if gpus is None else gpus
+    if backend_executor == "modal":
+        return "modal"
+    fits_here = not needs.needs_gpu or (needs.nodes == 1 and gpus >= needs.gpu_count)
+    if fits_here:
+        return backend_executor
+    if modal_token_configured():
+        return "modal"
+    here = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "no GPU"
+    raise NoExecutorError(
+        f"This job trains {needs.describe()}, and this backend has {here} and no Modal token: nothing here can run "
+        f"it (a {needs.params_b:g}B model is not trained on CPU).",
+        hint=f"{MODAL_TOKEN_HINT} Or run the backend on a machine with {needs.gpus} GPUs "
+             f"(`synth-ai backend serve --executor torchrun`), or pick a model of at most {CPU_MAX_PARAMS_B:g}B "
+             "parameters for CPU training.",
+        details={"model": needs.model, "params_b": needs.params_b, "gpu_type": needs.gpu_type,
+                 "gpu_count": needs.gpu_count, "nodes": needs.nodes, "local_gpus": gpus})

@@ -1,0 +1,126 @@
+"""The vLLM rollout engine (GPU only; the `vllm` extra): the built-in engine's HTTP surface and call recording
+(`LocalPolicyServer`), with sampling done by an in-process `vllm.LLM`.
+
+What stays the built-in engine's: request validation, message preparation, the chat template and tokenisation
+(`generation.encode`, so the prompt ids GSPO trains on are the ones this backend renders), tool-call and thinking
+parsing of the reply, dynamic batching of concurrent rollouts' calls into one `generate`. What vLLM does: sampling
+each row from the prompt token ids with the row's temperature / top-p / top-k / max_tokens / seed, returning every
+sampled token's log-prob (processed, i.e. under the sampling distribution). Images go to vLLM as PIL images with
+the rendered prompt text; `[vllm].limit_mm_per_prompt` bounds them.
+
+Weights: `sync_weights()` copies the trainer's current weights into vLLM's model in memory (`load_weights`; a LoRA
+policy is merged for the copy and unmerged after), then drops vLLM's prefix cache. Nothing is written to or read
+from disk. vLLM runs with V1 multiprocessing off so that its model lives in this process.
+
+Not done: the thinking budget (`thinking_budget`) is not enforced by this engine (max_tokens is).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from synth_ai.backend.inference import generation
+from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel, _completion
+from synth_ai.backend.inference.policy_server import LocalPolicyServer, _NoStore
+from synth_ai.backend.trainers.rl.engine_choice import VLLM_INSTALL_HINT, VllmOptions, llm_kwargs
+from synth_ai.errors import UnavailableError
+
+try:
+    import vllm
+except ImportError as exc:  # the module is only imported when the vLLM engine was chosen
+    raise UnavailableError("The vLLM rollout engine needs the `vllm` package, which is not installed.",
+                           hint=VLLM_INSTALL_HINT) from exc
+
+
+class _VllmInference(InferenceEngine):
+    """The backend's inference engine with vLLM as the sampler (see the module doc)."""
+
+    def __init__(self, llm: Any) -> None:
+        super().__init__(_NoStore(), max_loaded=1)
+        self.llm = llm
+
+    def _run_batch(self, jobs: list[Any]) -> None:
+        with self._generate_lock:
+            ready = []
+            for job in jobs:
+                try:
+                    ready.append((job, generation.encode(job.loaded, job.params, job.messages, job.images)))
+                except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
+                    job.error = exc
+            if not ready:
+                return
+            rows = [row for i, (job, _) in enumerate(ready) for row in generation.rows_for(i, job.params)]
+            prompts = [_prompt(job, encoded) for job, encoded in ready]
+            outputs = self.llm.generate([prompts[row.request] for row in rows], [_sampling(row) for row in rows],
+                                        use_tqdm=False)
+            for row, output in zip(rows, outputs):
+                sampled = output.outputs[0]
+                row.tokens = list(sampled.token_ids)[:row.max_tokens]
+                row.logprobs = [float(step[token].logprob) for step, token in zip(sampled.logprobs, row.tokens)]
+            for i, (job, encoded) in enumerate(ready):
+                job.result = _completion(job, encoded, [row for row in rows if row.request == i])
+
+
+def _prompt(job: Any, encoded: generation.Encoded) -> dict[str, Any]:
+    if job.images:
+        text = job.loaded.tokenizer.decode(encoded.prompt_ids, skip_special_tokens=False)
+        return {"prompt": text, "multi_modal_data": {"image": list(job.images)}}
+    return {"prompt_token_ids": list(encoded.prompt_ids)}
+
+
+def _sampling(row: generation.Row) -> Any:
+    return vllm.SamplingParams(n=1, temperature=row.temperature, top_p=row.top_p, top_k=row.top_k or -1,
+                               max_tokens=row.max_tokens, seed=row.seed, logprobs=0, detokenize=False,
+                               skip_special_tokens=False)
+
+
+class VllmPolicyServer(LocalPolicyServer):
+    def __init__(self, loaded: LoadedModel, options: VllmOptions, *, bf16: bool, seed: int = 0,
+                 max_images: int | None = None, cid_prefix: str = "") -> None:
+        # share_weights: `loaded` (the trainer's model) is only read for its tokenizer, template and weights
+        super().__init__(loaded, seed=seed, share_weights=True, max_images=max_images, cid_prefix=cid_prefix)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the model in this process: in-memory sync
+        self.llm = vllm.LLM(**llm_kwargs(options, str(loaded.path), seed=seed, bf16=bf16))
+        self.engine = _VllmInference(self.llm)
+        self.engine.pin(loaded)
+        self.sync_weights()  # vLLM loaded the base from disk once; the policy may already differ (resume, LoRA)
+
+    def sync_weights(self) -> None:
+        model = self.trainer_model
+        peft = hasattr(model, "merge_adapter") and hasattr(model, "unmerge_adapter")
+        with self.engine._generate_lock:
+            if peft:  # a LoRA policy is copied merged; the trainer keeps training the adapter
+                model.merge_adapter()
+            try:
+                weights = list(_plain_weights(model, peft))
+
+                def load(target: Any) -> None:
+                    target.load_weights(weights)
+
+                if hasattr(self.llm, "apply_model"):
+                    self.llm.apply_model(load)
+                else:  # older vLLM: the driver worker's model
+                    load(self.llm.llm_engine.model_executor.driver_worker.model_runner.model)
+            finally:
+                if peft:
+                    model.unmerge_adapter()
+            self.llm.reset_prefix_cache()
+
+    def stop(self) -> None:
+        super().stop()
+        self.llm = None
+        self.engine.llm = None
+        import gc
+
+        gc.collect()
+
+
+def _plain_weights(model: Any, peft: bool) -> Any:
+    """(name, tensor) of the policy as the plain architecture vLLM holds (PEFT's wrapping taken off the names)."""
+    for name, tensor in model.state_dict().items():
+        if peft:
+            if "lora_" in name or "modules_to_save" in name:
+                continue
+            name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+        yield name, tensor.detach()

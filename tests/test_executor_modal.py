@@ -1,0 +1,119 @@
+"""The modal executor's submit / stream / reattach / cancel protocol against a real backend, with the Modal function
+body (the job worker) run in a subprocess on a local folder standing in for the volume (SYNTH_AI_MODAL_EMULATE)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from backend_support import (
+    TINY_TEXT,
+    BackendProcess,
+    build_tiny_models,
+    chat_jsonl,
+    events,
+    link_tiny,
+    sft_body,
+    upload,
+    wait_for,
+)
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory) -> list:
+    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_models):
+    data = tmp_path / "data"
+    link_tiny(data, tiny_models)
+    volume = tmp_path / "volume"
+    env = {"SYNTH_AI_BACKEND_EXECUTOR": "modal", "MODAL_TOKEN_ID": "ak-offline", "MODAL_TOKEN_SECRET": "as-offline",
+           "SYNTH_AI_MODAL_EMULATE": str(volume), "SYNTH_AI_MODAL_POLL_S": "0.3", "SYNTH_AI_BACKEND_WARM_WORKER": "0",
+           "SYNTH_AI_BACKEND_MAX_JOBS": "2", "SYNTH_AI_BACKEND_CANCEL_GRACE_S": "5"}
+    first = BackendProcess(data, env=env).start()
+    api = first.client()
+    file_id = upload(api, chat_jsonl(tmp_path / "chat.jsonl", n=8)).json()["id"]
+    compute = {"effective_config": {"compute": {"gpu_type": "H100", "gpu_count": 1}}}
+    odd = {**sft_body(file_id), "metadata": {"effective_config": {"compute": {"gpu_type": "RTX-9090",
+                                                                              "gpu_count": 1}}}}
+    refused = api.post("/learning/jobs", json=odd)  # what Modal cannot give is refused before any job exists
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_compute", refused.text
+    assert "not a Modal GPU" in refused.json()["detail"]
+    ids: list[str] = []
+    call_ids: dict[str, str] = {}
+    for steps in (STEPS, 100000):
+        body = {**sft_body(file_id, steps=steps, per_device_batch=2), "metadata": compute}
+        created = api.post("/learning/jobs", json=body, headers={"Idempotency-Key": f"modal-{steps}"})
+        assert created.status_code == 201, created.text
+        again = api.post("/learning/jobs", json=body, headers={"Idempotency-Key": f"modal-{steps}"})
+        assert again.json()["id"] == created.json()["id"]  # a retried create is the same job
+        ids.append(created.json()["id"])
+        assert api.post(f"/learning/jobs/{ids[-1]}/start").status_code == 200
+    done_job, cancel_job = ids
+
+    def metric_seen(job_id):
+        return api.get(f"/learning/jobs/{job_id}/metrics", params={"name": "train.loss"}).json()["points"]
+
+    try:
+        wait_for(lambda: metric_seen(done_job) and metric_seen(cancel_job), timeout=240, interval=0.3,
+                 what="metrics streamed back from both remote jobs")
+    except AssertionError:
+        raise AssertionError(first.log()) from None
+    submitted = [e for e in events(api, done_job) if e["type"] == "sft.remote.submitted"]
+    assert len(submitted) == 1 and submitted[0]["data"]["gpu"] == "H100:1"
+    call_ids.update({j: json.loads((data / "backend" / "jobs" / j / "remote.json").read_text())["call_id"] for j in ids})
+    first.kill(signal.SIGKILL)  # the backend dies while both remote jobs run; they keep running
+
+    second = BackendProcess(data, port=first.port, env=env).start()
+    try:
+        api = second.client()
+
+        def finished(job_id):
+            row = api.get(f"/learning/jobs/{job_id}").json()
+            return row if row["status"] in {"succeeded", "failed", "cancelled"} else None
+
+        row = wait_for(lambda: finished(done_job), timeout=240, interval=0.3, what="the reattached job")
+        log = events(api, done_job)
+        assert row["status"] == "succeeded", (row, log[-4:], second.log())
+        assert row["fine_tuned_model"] == f"ft:{TINY_TEXT}:{done_job}"
+        types = [e["type"] for e in log]
+        assert types.count("sft.remote.submitted") == 1 and "sft.remote.reattached" in types  # never submitted twice
+        assert types.count("sft.training.started") == 1 and types[-1] == "sft.job.completed"
+        losses = {p["step"] for p in metric_seen(done_job)}
+        assert losses == set(range(STEPS))  # every step's point arrived, across the restart
+        assert row["fine_tuned_model"] in [m["id"] for m in api.get("/learning/models").json()["data"]]
+        assert (data / "backend" / "jobs" / done_job / "work" / "final").is_dir()  # fetched from the volume
+
+        wait_for(lambda: "sft.remote.reattached" in [e["type"] for e in events(api, cancel_job)], timeout=60,
+                 what="the second job reattached")
+        assert _alive(int(call_ids[cancel_job]))
+        cancelled = api.post(f"/learning/jobs/{cancel_job}/cancel").json()
+        assert cancelled["status"] == "cancelled", (cancelled, events(api, cancel_job)[-3:])
+        wait_for(lambda: not _alive(int(call_ids[cancel_job])), timeout=60, what="the remote call to stop")
+        assert os.path.isdir(volume / cancel_job)
+    finally:
+        second.stop()
+        for pid in call_ids.values():  # a remote run this test left behind (only when it failed)
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -1,0 +1,149 @@
+"""The torchrun executor on CPU: the same SFT job worker over 2 gloo processes trains the tiny model to the same
+loss curve as one process (the trainer run here) with the same global batch; a job nothing here can run is refused
+at create time."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from backend_support import (
+    TINY_TEXT,
+    BackendProcess,
+    build_tiny_models,
+    chat_jsonl,
+    events,
+    link_tiny,
+    sft_body,
+    upload,
+    wait_for,
+)
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory) -> list:
+    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
+
+
+def _backend(root, tiny_models, name: str, **env: str) -> BackendProcess:
+    data = root / name
+    link_tiny(data, tiny_models)
+    no_modal = {"MODAL_CONFIG_PATH": str(root / "no-modal.toml"), "MODAL_TOKEN_ID": "", "MODAL_TOKEN_SECRET": ""}
+    return BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0", "SYNTH_AI_BACKEND_GPUS": "0",
+                                     **no_modal, **env}).start()
+
+
+def _hyper(**more) -> dict:
+    return {**sft_body("unused", steps=STEPS, per_device_batch=1, learning_rate=5e-3)["hyperparameters"], **more}
+
+
+def _submit(backend: BackendProcess, path, **hyper) -> tuple[object, str]:
+    api = backend.client()
+    file_id = upload(api, path).json()["id"]
+    body = {**sft_body(file_id), "hyperparameters": _hyper(**hyper)}
+    job = api.post("/learning/jobs", json=body)
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    assert api.post(f"/learning/jobs/{job_id}/start").status_code == 200
+    return api, job_id
+
+
+def _finished(api, job_id: str, backend: BackendProcess) -> dict:
+    def done():
+        row = api.get(f"/learning/jobs/{job_id}").json()
+        return row if row["status"] in {"succeeded", "failed", "cancelled"} else None
+
+    row = wait_for(done, timeout=300, interval=0.5, what=f"job {job_id}")
+    assert row["status"] == "succeeded", (row, events(api, job_id)[-3:], backend.log())
+    return row
+
+
+def _one_process_loss(tmp_path, store_root, path, **hyper) -> dict[int, float]:
+    """The SFT trainer in this process, as the local executor's worker runs it."""
+    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.trainers.sft import run_sft
+
+    loss: dict[int, float] = {}
+
+    class Reporter:
+        def event(self, *args, **kwargs) -> None:
+            pass
+
+        def metric(self, name: str, step: int, value: float, phase: str = "train") -> None:
+            if name == "train.loss":
+                loss[step] = value
+
+    store = ModelStore(store_root)
+    spec = {"model": TINY_TEXT, "job_id": "one", "training_file_path": str(path), "hyperparameters": _hyper(**hyper),
+            "metadata": {"effective_config": {}}}
+    run_sft(spec, workdir=tmp_path / "one", model_store=store, reporter=Reporter(), should_stop=lambda: False)
+    return loss
+
+
+def _ranks_of(job_id: str) -> list[int]:
+    """Live processes whose command line runs this job's worker (the launcher and its ranks)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if b"synth_ai.backend.worker" in cmdline and job_id.encode() in cmdline and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def _loss(api, job_id: str) -> dict[int, float]:
+    points = api.get(f"/learning/jobs/{job_id}/metrics", params={"name": "train.loss"}).json()["points"]
+    return {p["step"]: p["value"] for p in points}
+
+
+def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path, tiny_models):
+    data = chat_jsonl(tmp_path / "chat.jsonl", n=12)
+    pair = _backend(tmp_path, tiny_models, "pair", SYNTH_AI_BACKEND_EXECUTOR="torchrun",
+                    SYNTH_AI_BACKEND_TORCHRUN_NPROC="2", SYNTH_AI_BACKEND_MAX_JOBS="2")
+    try:
+        # 2 ranks, 1 micro-batch each == one process, 2 micro-batches a step (same global batch, same order)
+        api2, job2 = _submit(pair, data, gradient_accumulation_steps=1)
+        _, long_job = _submit(pair, data, gradient_accumulation_steps=1, total_steps=100000)  # to cancel, below
+        one = _one_process_loss(tmp_path, tiny_models[0].parents[2], data, gradient_accumulation_steps=2)  # meanwhile, here
+        row2 = _finished(api2, job2, pair)
+        assert row2["fine_tuned_model"] == f"ft:{TINY_TEXT}:{job2}"  # same model ids whichever executor ran it
+        started = [e for e in events(api2, job2) if e["type"] == "sft.training.started"]
+        assert len(started) == 1 and started[0]["data"]["world_size"] == 2  # only rank 0 reports
+        two = _loss(api2, job2)
+        assert sorted(one) == sorted(two) == list(range(STEPS))
+        for step in one:
+            assert two[step] == pytest.approx(one[step], rel=1e-4, abs=1e-5), (one, two)
+        assert one[STEPS - 1] != one[0]  # the weights moved: a curve, not a constant
+        # the pair's fine-tune is usable like any other: registered and listed
+        models = [m["id"] for m in api2.get("/learning/models").json()["data"]]
+        assert row2["fine_tuned_model"] in models
+
+        # a cancel stops every rank at the same step; the job ends cancelled and no rank is left behind
+        wait_for(lambda: _loss(api2, long_job), timeout=240, interval=0.3, what="the long job's first step")
+        cancelled = api2.post(f"/learning/jobs/{long_job}/cancel").json()
+        assert cancelled["status"] == "cancelled", (cancelled, events(api2, long_job)[-3:], pair.log())
+        assert [e for e in events(api2, long_job) if e["type"] == "sft.training.stopped"]
+        wait_for(lambda: not _ranks_of(long_job), timeout=60, what="the ranks to exit")
+
+        # Qwen3-32B on 4 x H100 asked of a CPU-only backend without a Modal token: refused now, saying what runs it
+        file_id = upload(api2, data).json()["id"]
+        body = sft_body(file_id, model="Qwen/Qwen3-32B")
+        body["metadata"] = {"effective_config": {"compute": {"gpu_type": "H100", "gpu_count": 4, "nodes": 1}}}
+        refused = api2.post("/learning/jobs", json=body)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "no_executor" and "Qwen/Qwen3-32B" in error["message"]
+        assert "modal token set" in error["hint"] and error["details"]["local_gpus"] == 0
+    finally:
+        pair.stop()
