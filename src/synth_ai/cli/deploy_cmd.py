@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         env_file: list[str] = _env_file_option(),
         timeout: float = _timeout_option(),
         host: str = typer.Option("127.0.0.1", "--host", help="uvicorn: interface to bind (0.0.0.0 exposes it)."),
-        port: int = typer.Option(None, "--port", help="uvicorn: port (default 8001)."),
+        port: int = typer.Option(None, "--port", min=1, max=65535, help="uvicorn: port (default 8001)."),
         reload: bool = typer.Option(False, "--reload/--no-reload", help="uvicorn: reload on code changes."),
         force: bool = typer.Option(False, "--force/--no-force",
                                    help="uvicorn: stop the processes listening on the port first."),
