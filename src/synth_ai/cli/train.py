@@ -94,9 +94,12 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
     hooks = Hooks(say=out.info, warn=out.warn, upload_progress=_progress_printer(out),
                   preflight=lambda: ensure_backend_can_train(api, backend, rerun))
     try:
-        with released_on_refusal(backend, out.info):  # no backend started for a refused run is left behind
-            submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples,
-                               hooks=hooks, store=store)
+        try:
+            with released_on_refusal(backend, out.info):  # no backend started for a refused run is left behind
+                submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples,
+                                   hooks=hooks, store=store)
+        except KeyboardInterrupt:
+            raise _interrupted_before_job(rerun) from None
         jobs = api.sft if submitted.kind == "sft" else api.rl
         if not poll:
             doc = {"job_id": submitted.job_id, "status": submitted.job.get("status", "queued"),
@@ -109,6 +112,18 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
                           stream_format=stream_format, on_end=lambda: store.forget(*submitted.fingerprints))
     finally:
         api.close()
+
+
+def _interrupted_before_job(rerun: str):
+    """Ctrl-C while uploading or creating: no job to follow yet, so the way back is the same command."""
+    from synth_ai.errors import ExitCode, SynthError
+
+    err = SynthError("Interrupted before the job was started.",
+                     hint=f"Run the same command again to go on: {rerun}   (uploads and the create carry "
+                          "idempotency keys, so nothing is uploaded or created twice).")
+    err.exit_code = ExitCode.INTERRUPTED
+    err.code = "interrupted"
+    return err
 
 
 def _progress_printer(out):
