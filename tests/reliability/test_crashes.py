@@ -95,11 +95,11 @@ def test_sft_worker_killed_resumes_from_its_checkpoint(tmp_path, tiny_models, rn
         with backend.client() as api:
             source = chat_jsonl(tmp_path / "w.jsonl", n=16)
             file_id = upload(api, source).json()["id"]
-            steps, save = 120, 20
+            steps, save = 60, 10
             job_id = api.post("/learning/jobs", json=sft_body(file_id, steps=steps, save_steps=save,
                                                               logging_steps=10)).json()["id"]
             api.post(f"/learning/jobs/{job_id}/start")
-            kill_after = rng.randint(save + 1, steps - 30)  # past the first checkpoint, before the end
+            kill_after = rng.randint(save + 1, steps - 20)  # past the first checkpoint, before the end
             wait_for(lambda: max(_loss_steps(api, "/learning/jobs", job_id, "train.loss"), default=-1) >= kill_after,
                      timeout=180, interval=0.05, what=f"step {kill_after}")
             _kill_worker(data, job_id)
@@ -155,7 +155,7 @@ def test_rl_worker_killed_resumes_from_its_checkpoint(tmp_path, tiny_models, rng
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     data = tmp_path / "data"
     link_tiny(data, tiny_models)
-    iterations = 4
+    iterations = 3
     backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
     try:
         with running_app(quiz_app(delay=0.1)) as app, backend.client() as api:
@@ -233,6 +233,58 @@ def test_backend_killed_mid_upload_leaves_no_half_file(tmp_path, rng):
         assert _blobs_keep_their_sha256(data) == 2
     finally:
         second.stop()
+
+
+def test_eval_killed_mid_run_keeps_whole_sessions_only(tmp_path, rng):
+    """`eval` killed with SIGKILL while seeds are in flight (2 at a time) after a random number of them were
+    stored: every stored session is whole (its outcome and both messages), nothing is orphaned, the database
+    passes SQLite's integrity check, and a second run stores the rest."""
+    import asyncio
+    import subprocess
+
+    from eval_support import answering_policy, by_seed, write_config
+    from taskapp_support import scripted_model, subprocess_env, synth_ai_command
+
+    async def policy(body):
+        await asyncio.sleep(0.2)  # keep seeds in flight when the kill comes
+        return answering_policy()(body)
+
+    db = tmp_path / "eval.db"
+    kill_after = rng.randint(1, 6)
+    with scripted_model(policy) as (model_url, _):
+        config = write_config(tmp_path / "eval.toml", model_url, seeds="0-9", concurrency=2)
+        command = [*synth_ai_command(), "eval", "--config", str(config), "--trace-db", str(db)]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+                                   env=subprocess_env(), stdin=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: _stored(db) >= kill_after or process.poll() is not None, timeout=120, interval=0.02,
+                     what=f"{kill_after} stored seeds")
+            process.kill()
+        finally:
+            process.wait()
+        assert process.returncode == -signal.SIGKILL  # killed mid-run, not finished before the kill
+        stored = by_seed(db)
+        assert len(stored) >= kill_after
+        for session in stored.values():
+            assert session["outcomes"] == [(1, 0)] and session["messages"] == ["system", "user", "assistant"]
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            for table in ("messages", "events", "outcome_rewards"):
+                orphans = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE session_id NOT IN "
+                                       "(SELECT session_id FROM session_traces)").fetchone()[0]
+                assert orphans == 0, table
+        again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=subprocess_env(),
+                               stdin=subprocess.DEVNULL, timeout=120)
+        assert again.returncode == 0, again.stdout + again.stderr
+    assert set(range(10)) <= set(by_seed(db))
+
+
+def _stored(db: Path) -> int:
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM session_traces").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
 
 
 @pytest.mark.soak
