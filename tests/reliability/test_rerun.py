@@ -16,7 +16,7 @@ DATASET = REPO_ROOT / "examples" / "datasets" / "sft_math_small.jsonl"
 
 @pytest.fixture
 def backend(tmp_path):
-    process = BackendProcess(tmp_path / "data").start()
+    process = BackendProcess(tmp_path / "data", env={"SYNTH_AI_BACKEND_CANCEL_GRACE_S": "1"}).start()
     yield process
     process.stop()
 
