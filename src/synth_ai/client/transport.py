@@ -116,9 +116,8 @@ class Transport:
     def _deadline_error(self, method: str, path: str, what: str) -> DeadlineError:
         return DeadlineError(
             f"{method} {self.url(path)} {what}, and the command's deadline ({self.deadline_label}) has passed.",
-            hint="The backend accepted the connection but did not answer in time: check that it is healthy "
-                 "(`curl <backend>/health`), or raise the deadline. Creates carry an idempotency key, so running "
-                 "the same command again does nothing twice.",
+            hint="Check that the backend runs and answers (`curl <backend>/health`), or raise the deadline. "
+                 "Creates carry an idempotency key, so running the same command again does nothing twice.",
             details={"url": self.url(path), "method": method, "deadline": self.deadline_label})
 
     def _attempt_timeout(self, timeout: httpx.Timeout | None, method: str, path: str) -> httpx.Timeout:
