@@ -184,7 +184,7 @@ def test_rl_worker_killed_resumes_from_its_checkpoint(tmp_path, tiny_models, rng
 def test_backend_killed_mid_upload_leaves_no_half_file(tmp_path, rng):
     """The upload streams slowly; the backend is killed after a random number of bytes. After the restart the
     file is not listed (nor its temp file left), every blob keeps its sha256, and the same upload with the same
-    Idempotency-Key then succeeds once."""
+    Idempotency-Key then succeeds once. Then the uploading client is killed mid-upload: nothing half-made stays."""
     data = tmp_path / "data"
     source = chat_jsonl(tmp_path / "big.jsonl", n=40_000)  # about 3 MB
     payload = source.read_bytes()
@@ -230,9 +230,40 @@ def test_backend_killed_mid_upload_leaves_no_half_file(tmp_path, rng):
             assert again.status_code == 201 and again.json()["sha256"] == digest
             assert upload(api, source, headers={"Idempotency-Key": "upload-1"}).json()["id"] == again.json()["id"]
             assert len(api.get("/files").json()["data"]) == 2
+
+            # the uploading client killed mid-upload: the backend drops the partial file, lists nothing new
+            uploader = _slow_uploader(second, tmp_path / "other.jsonl", rng.randint(1_200_000, 3_000_000))
+            try:
+                wait_for(lambda: list((data / "backend" / "tmp").iterdir()), timeout=60, what="a partial upload")
+            finally:
+                uploader.kill()
+                uploader.wait()
+            wait_for(lambda: not list((data / "backend" / "tmp").iterdir()), timeout=30, what="the partial to go")
+            assert len(api.get("/files").json()["data"]) == 2
         assert _blobs_keep_their_sha256(data) == 2
     finally:
         second.stop()
+
+
+def _slow_uploader(backend: BackendProcess, path: Path, cut: int):
+    """A separate client process that sends `cut` bytes of an upload, then waits (to be killed)."""
+    import subprocess
+    import sys
+
+    chat_jsonl(path, n=40_000)
+    code = (
+        "import sys, time, httpx\n"
+        "url, key, path, cut = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])\n"
+        "data = open(path, 'rb').read()\n"
+        "def body():\n"
+        "    yield (b'--b\\r\\nContent-Disposition: form-data; name=\"file\"; filename=\"o.jsonl\"\\r\\n'\n"
+        "           b'Content-Type: application/jsonl\\r\\n\\r\\n') + data[:cut]\n"
+        "    time.sleep(600)\n"
+        "    yield data[cut:] + b'\\r\\n--b--\\r\\n'\n"
+        "httpx.post(url, content=body(), timeout=600, headers={'Authorization': 'Bearer ' + key,\n"
+        "           'Content-Type': 'multipart/form-data; boundary=b'})\n")
+    return subprocess.Popen([sys.executable, "-c", code, f"{backend.url}/api/files", backend.key, str(path), str(cut)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_eval_killed_mid_run_keeps_whole_sessions_only(tmp_path, rng):
