@@ -349,6 +349,7 @@ def test_soak_random_kills_of_backend_or_worker_settle_every_job(tmp_path, tiny_
         with backend.client() as api:
             wait_for(lambda: job_status(api, job_id) in TERMINAL, timeout=300, interval=0.5, what="the job to end")
             job = api.get(f"/learning/jobs/{job_id}").json()
+            print(f"round {round_}: {job['status']} after {job['attempts']} attempt(s) {job.get('error') or ''}")
             if job["status"] == "succeeded":
                 assert _loss_steps(api, "/learning/jobs", job_id, "train.loss") == set(range(steps))
             else:
