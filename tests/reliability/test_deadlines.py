@@ -5,6 +5,7 @@ values are usage errors (exit 2)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 
@@ -143,3 +144,19 @@ def test_bad_flag_values_are_usage_errors(repo_cwd, args):
     result = run_cli(*args)
     assert result.exit_code == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_rl_train_with_a_silent_task_app_stops_at_its_deadline(repo_cwd, tmp_path, monkeypatch):
+    backend = BackendProcess(tmp_path / "data").start()
+    monkeypatch.setenv("SYNTH_API_KEY", backend.key)
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", "sk_env_deadlines_0123456789")
+    try:
+        with SilentServer() as app:
+            result = run_cli("train", "--config", "examples/configs/rl_text_qwen3_4b.toml", "--backend", backend.url,
+                             "--task-url", app.url, "--poll-timeout", "2")
+    finally:
+        backend.stop()
+    assert result.exit_code == 7, result.stdout + result.stderr
+    assert f"GET {app.url}/health did not answer" in result.stderr
+    waited = re.search(r"did not answer within ([\d.]+)s", result.stderr)
+    assert waited and float(waited.group(1)) <= 2  # the check's own 10 s cut to what --poll-timeout left

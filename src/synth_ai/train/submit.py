@@ -234,8 +234,8 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
     # Locally first: only a key this task app accepts is worth handing to the backend.
     hooks.say("Performing task app health check…")
     aliases = [a.strip() for a in os.environ.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
-    for check in (check_health(task_url, env_key, aliases=aliases), check_task_info(task_url, env_key,
-                                                                                    aliases=aliases)):
+    for probe in (check_health, check_task_info):
+        check = probe(task_url, env_key, aliases=aliases, timeout=_probe_timeout(api))
         if not check.ok:
             raise error_for_exit_code(check.exit_code, f"Task app check failed: {check.name}: {check.message}",
                                       hint=f"Check the task app at {task_url} (`synth-ai task-app validate --url "
@@ -260,6 +260,14 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
     _say_created(hooks, job_id, created, earlier)
     return Submitted("rl", job_id, api.transport.api_base, job=created if isinstance(created, dict) else {},
                      fingerprints=[create_fp])
+
+
+def _probe_timeout(api: SynthAPI) -> float:
+    """A task-app check's timeout: its usual 10 s, cut to what the command's deadline leaves."""
+    from synth_ai.taskapp.verify import DEFAULT_TIMEOUT_S
+
+    left = api.transport.time_left()
+    return DEFAULT_TIMEOUT_S if left is None else max(0.1, min(DEFAULT_TIMEOUT_S, left))
 
 
 def _share_env_key(api: SynthAPI, env_key: str, hooks: Hooks) -> None:
