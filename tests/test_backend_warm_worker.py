@@ -40,7 +40,8 @@ def tiny_models(tmp_path_factory) -> list:
 def warm_backend(tmp_path, tiny_models):
     data = tmp_path / "data"
     link_tiny(data, tiny_models)
-    proc = BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "1",
+    # One attempt per job: a killed worker fails its job here (resuming it is tests/reliability/test_crashes.py's).
+    proc = BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "1", "SYNTH_AI_BACKEND_MAX_ATTEMPTS": "1",
                                      "SYNTH_AI_BACKEND_CANCEL_GRACE_S": "20"}).start()
     yield proc
     proc.stop()
@@ -132,7 +133,7 @@ def test_cancel_and_crash_of_a_warm_started_worker(warm_backend, tmp_path):
         wait_for(lambda: job_status(api, crashed) in FINISHED, timeout=30, what="the crash to be noticed")
         final = api.get(f"/learning/jobs/{crashed}").json()
         assert final["status"] == "failed"
-        assert "killed by signal 9 (SIGKILL)" in final["error"]
+        assert "killed by signal 9 (SIGKILL)" in final["error"] and "its only attempt" in final["error"]
         # the backend goes on: a third job runs in a fresh warm worker and succeeds
         third_pid = _ready_warm_pid(warm_backend, count=3)
         third = _start(api, file_id, steps=2)

@@ -179,7 +179,7 @@ def _env_file(folder: Path) -> Path:
 @pytest.mark.parametrize("args, code, text", [
     (["--seeds", "1,x"], 3, "Unable to parse seeds"),
     (["--config", "missing.toml"], 8, "Eval config not found"),
-    (["--concurrency", "0"], 3, "--concurrency must be greater than zero"),
+    (["--concurrency", "0"], 2, "'--concurrency': 0 is not in the range x>=1"),
     (["--url", "ftp://x"], 3, "must start with http"),
     (["no-such-app"], 8, "Task app 'no-such-app' not found"),
 ])

@@ -205,7 +205,7 @@ def test_models_list_experimental_column_follows_env(monkeypatch: pytest.MonkeyP
 
 def test_models_list_bad_mode():
     result = run_cli("models", "list", "--mode", "dpo")
-    assert result.exit_code == 3 and "--mode must be 'sft' or 'rl'" in result.stderr
+    assert result.exit_code == 2 and "must be 'sft' or 'rl'" in result.stderr and "--mode" in result.stderr
 
 
 def test_models_get():

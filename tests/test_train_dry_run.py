@@ -242,8 +242,8 @@ def test_sft_examples_skips_blank_lines_and_adds_final_newline(keys, examples: P
 @pytest.mark.parametrize("n", ["0", "-3"])
 def test_sft_examples_must_be_positive(keys, examples: Path, n: str):
     result = run_cli("train", "--dry-run", "--config", "examples/configs/sft_full_qwen3_4b.toml", "--examples", n)
-    assert result.exit_code == 3
-    assert "--examples must be a positive number" in result.stderr
+    assert result.exit_code == 2  # a bad flag value is a usage error
+    assert "--examples" in result.stderr and "x>=1" in result.stderr
 
 
 def test_sft_dataset_flag_overrides_job_data(keys, examples: Path):
@@ -406,14 +406,14 @@ def test_json_mode_is_one_document_on_stdout(keys, examples: Path):
     json.loads(result.stdout)
     assert result.stderr.strip() == "" or not result.stderr.lstrip().startswith("{")
     error = _dry("--config", "examples/configs/sft_lora_qwen3_vl_2b.toml", "--examples", "0")
-    assert error.exit_code == 3
-    assert json.loads(error.stdout)["error"]["code"] == "invalid_input"
+    assert error.exit_code == 2
+    assert json.loads(error.stdout)["error"]["code"] == "usage"
 
 
 def test_poll_values_must_be_positive(examples: Path):
     result = run_cli("train", "--dry-run", "--config", "examples/configs/rl_text_qwen3_4b.toml",
                      "--poll-interval", "0")
-    assert result.exit_code == 3
+    assert result.exit_code == 2
 
 
 def test_train_without_dry_run_submits_for_real(examples: Path, monkeypatch: pytest.MonkeyPatch):

@@ -39,13 +39,14 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.AUTH: "Authentication or permission failure (missing or wrong API key).",
     ExitCode.NETWORK: "A backend or task app could not be reached.",
     ExitCode.JOB_FAILED: "The job ended `failed` or `cancelled`.",
-    ExitCode.TIMEOUT: "A deadline passed (for example `--poll-timeout`) before the operation finished.",
+    ExitCode.TIMEOUT: "A deadline passed before the operation finished: `--poll-timeout` (for `train`, the whole "
+                      "command, retries included) or a server that never answered; the message names the URL.",
     ExitCode.NOT_FOUND: "A named resource (job, file, model, task app) does not exist.",
     ExitCode.SERVER: "The server answered with an error it did not explain as bad input (5xx, malformed reply).",
     ExitCode.UNAVAILABLE: "The operation is not available here (missing optional dependency or capability).",
     ExitCode.ROLLOUTS_FAILED: "`eval`: some or all seeds errored or timed out (the rest were scored and stored).",
     ExitCode.NO_MATCH: "Nothing to write: `filter` found no session matching its rules (no output is written).",
-    ExitCode.INTERRUPTED: "Interrupted with Ctrl-C.",
+    ExitCode.INTERRUPTED: "Interrupted with Ctrl-C; the message says how to resume (a followed job keeps running).",
 }
 
 

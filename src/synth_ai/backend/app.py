@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from synth_ai import __version__
+from synth_ai.apidocs import add_keyed_docs
 from synth_ai.backend.auth import KeyChecker, accepted_keys, bearer_token, ensure_keys, environment_keys
 from synth_ai.backend.capabilities import training_capability
 from synth_ai.backend.changes import ChangeWatcher
@@ -131,7 +132,7 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
             backend.shutdown()
 
     app = FastAPI(title="synth-ai embedded backend", version=__version__, lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
+                  docs_url=None, redoc_url=None, openapi_url=None)  # the docs need the key: add_keyed_docs
     app.state.backend = backend
 
     @app.exception_handler(ApiError)
@@ -175,6 +176,7 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
     from synth_ai.backend.routes import dashboard, env_keys, files, inference, learning, rl
 
     api_deps = [Depends(require_auth)]
+    add_keyed_docs(app, api_deps)
     for module in (files, learning, rl, inference, env_keys, dashboard):
         app.include_router(module.router, prefix="/api", dependencies=api_deps)
     dashboard.add_pages(app)

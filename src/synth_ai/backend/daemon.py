@@ -57,6 +57,7 @@ def serve(settings: BackendSettings, *, log_level: str = "info",
     from synth_ai.backend.app import create_app
     from synth_ai.taskapp.serving import port_in_use
 
+    refuse_unguarded_backend(settings)
     lock = _acquire_lock(settings)
     try:
         if port_in_use(settings.host, settings.port):
@@ -179,12 +180,24 @@ def find_local_backend(data_dir: Path | None = None) -> dict[str, Any] | None:
     return {"url": info["url"], "api_base": info["api_base"], "api_key": default_key(root), "pid": info["pid"]}
 
 
+def refuse_unguarded_backend(settings: BackendSettings) -> None:
+    """On loopback the first start creates the backend's key; on any other address a key must exist already, so
+    the backend is never reachable from other machines before someone holds a key for it."""
+    from synth_ai.backend.auth import accepted_keys, keys_path
+    from synth_ai.env.exposure import refuse_unguarded
+
+    refuse_unguarded(settings.host, settings.port, "the backend", guarded=bool(accepted_keys(settings.data_dir)),
+                     fix=f"Create its key first: `synth-ai setup --local` (or one start on 127.0.0.1) writes it to "
+                         f"{keys_path(settings.data_dir)}; give that key to its clients.")
+
+
 # Daemon -------------------------------------------------------------------------------------------------------
 def start(settings: BackendSettings, *, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
     """Start `synth-ai backend serve` in the background; returns its status once it answers /health."""
     current = status(settings.data_dir)
     if current["running"]:
         return {**current, "already_running": True}
+    refuse_unguarded_backend(settings)
     settings.ensure_dirs()
     _, _, log_file = state_paths(settings.data_dir)
     env = dict(os.environ)

@@ -4,7 +4,8 @@ A record is `(key, scope) -> (fingerprint, status, response)`, where scope is th
 the fingerprint is a hash of what the request means (canonical JSON for JSON bodies; purpose, filename and
 content sha256 for uploads). The record is written in the same transaction as the resource it created, so a
 crash can never leave one without the other. Error answers are not recorded: a client may fix its request and
-retry with the same key.
+retry with the same key. A key whose job has since ended `failed` or `cancelled` is released (`release`): it
+stops duplicates of running or succeeded work only, so the same create then makes a new job.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from synth_ai.backend.errors import ApiError
 
 HEADER = "Idempotency-Key"
 REPLAY_HEADER = "Idempotent-Replayed"
+SUPERSEDED_HEADER = "Idempotency-Superseded"  # on a create that made a new job because the key's job had ended
 MAX_KEY_LENGTH = 255
 
 
@@ -65,6 +67,11 @@ def lookup(conn: sqlite3.Connection, key: str, scope: str, fingerprint: str) -> 
             hint="Reuse a key only to retry the identical request; use a new key for a new request.",
             details={"resource_id": row["resource_id"]})
     return Stored(row["status_code"], loads(row["response"]), row["resource_id"])
+
+
+def release(conn: sqlite3.Connection, key: str, scope: str) -> None:
+    """Forget a key, so the next request with it creates anew (its job ended failed or cancelled)."""
+    conn.execute("DELETE FROM idempotency WHERE key = ? AND scope = ?", (key, scope))
 
 
 def record(conn: sqlite3.Connection, key: str, scope: str, fingerprint: str, status_code: int, response: Any,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from synth_ai.backend import jobs as J
-from synth_ai.backend.db import Database
+from synth_ai.backend.db import Database, loads
 from synth_ai.backend.executors import NoExecutorError, launch_for
 from synth_ai.backend.settings import BackendSettings
 from synth_ai.backend.warm import WarmPool
@@ -149,13 +149,11 @@ class Scheduler:
             return
         if code == EXIT_INTERRUPTED:
             return
+        # The worker died without recording an end (SIGKILL from the OOM killer, a preempted host, a crash):
+        # like a restarted backend, resume from the last checkpoint while attempts are left.
         reason = f"the worker process exited with code {code}" if code >= 0 else \
             f"the worker process was killed by signal {-code} ({_signame(-code)})"
-        tail = _tail(item.log_path)
-        self.store.transition(item.job_id, "failed", only_from=J.ACTIVE, error=reason,
-                              event=(J.EV_FAILED, f"Job failed: {reason}",
-                                     {"reason": reason, "exit_code": code, "log_tail": tail}, "error"),
-                              message=reason)
+        self._requeue_or_fail(row, reason, {"exit_code": code, "log_tail": _tail(item.log_path)})
 
     def _handle_cancels(self) -> None:
         with self._lock:
@@ -269,26 +267,45 @@ class Scheduler:
                             "action": self._requeue_or_fail(row, "the backend restarted while it was running")})
         return actions
 
-    def _requeue_or_fail(self, row, why: str) -> str:
+    def _requeue_or_fail(self, row, why: str, extra: dict | None = None) -> str:
+        """Resume the job from its last checkpoint (queued for a new worker) while attempts are left, else fail it
+        with every attempt's reason."""
         job_id, attempts = row["id"], row["attempts"]
+        data = {"reason": why, "attempts": attempts, "max_attempts": self.settings.max_attempts, **(extra or {})}
         if not self.settings.resume_on_restart:
             reason = f"{why}, and resuming is disabled (SYNTH_AI_BACKEND_RESUME=0)"
         elif row["kind"] not in RESUMABLE_KINDS:
             reason = f"{why}; {row['kind'].upper()} jobs cannot be resumed"
         elif attempts >= self.settings.max_attempts:
-            reason = f"{why}, and it has used all {self.settings.max_attempts} attempts"
+            earlier = self._earlier_reasons(job_id)
+            used = self.settings.max_attempts
+            reason = f"{why}, and it has used " + (f"all {used} attempts" if used > 1 else "its only attempt")
+            if earlier:
+                listed = "; ".join(f"attempt {n}: {r}" for n, r in enumerate([*earlier, why], start=1))
+                reason += f" ({listed})"
+                data["attempt_reasons"] = [*earlier, why]
         else:
             self.store.transition(
                 job_id, "queued", only_from={"running"}, worker_pid=None,
-                event=(J.EV_REQUEUED, f"Job will resume from its last checkpoint: {why}.",
-                       {"reason": why, "attempts": attempts}, "warning"),
+                event=(J.EV_REQUEUED, f"Job will resume from its last checkpoint (attempt {attempts + 1} of "
+                                      f"{self.settings.max_attempts}): {why}.", data, "warning"),
                 message=f"requeued: {why}")
             self.wake()
             return "resumed"
         self.store.transition(job_id, "failed", only_from={"running", "queued"}, error=reason,
-                              event=(J.EV_FAILED, f"Job failed: {reason}", {"reason": reason}, "error"),
+                              event=(J.EV_FAILED, f"Job failed: {reason}", {**data, "reason": reason}, "error"),
                               message=reason)
         return "failed"
+
+    def _earlier_reasons(self, job_id: str) -> list[str]:
+        """Why each earlier attempt of the job ended, from its requeue events."""
+        reasons = []
+        for row in self.db.conn().execute("SELECT data FROM events WHERE job_id = ? AND type LIKE ? ORDER BY seq",
+                                          (job_id, f"%.{J.EV_REQUEUED}")):
+            data = loads(row["data"]) or {}
+            if isinstance(data, dict) and data.get("reason"):
+                reasons.append(str(data["reason"]))
+        return reasons
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:

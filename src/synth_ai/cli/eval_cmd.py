@@ -32,10 +32,10 @@ def register(app: typer.Typer) -> None:
                                            "(repeatable)."),
         metadata_sql: str = typer.Option(None, "--metadata-sql", help="Only seeds returned by this SQL over table "
                                          "`tasks` (seed, scenario_id, loop_id, thread_id, difficulty, …)."),
-        concurrency: int = typer.Option(None, "--concurrency", help="Rollouts in flight (default: "
+        concurrency: int = typer.Option(None, "--concurrency", min=1, help="Rollouts in flight (default: "
                                         "[eval].concurrency, else 1)."),
-        rollout_timeout: float = typer.Option(None, "--rollout-timeout", help="Seconds one seed's rollout may take "
-                                              "before it counts as timed out (default 300)."),
+        rollout_timeout: float = typer.Option(None, "--rollout-timeout", min=0.1, help="Seconds one seed's rollout "
+                                              "may take before it counts as timed out (default 300)."),
         backend: str = typer.Option(None, "--backend", help="Backend serving the model (default: BACKEND_BASE_URL, "
                                     "else the embedded backend, started when none runs)."),
         json_flag: bool = json_option(),

@@ -134,6 +134,7 @@ def register(app: typer.Typer) -> None:
         out = output_of(ctx, json_flag)
         with _jobs_of(out, backend, kind, env_file) as jobs:
             if follow:
+                jobs.t.set_deadline(poll_timeout, f"--poll-timeout {poll_timeout:g} s")  # retries included
                 follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
                                   stream_format=stream_format.value)
                 return

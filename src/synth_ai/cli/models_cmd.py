@@ -23,13 +23,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List the registry's models, and the fine-tuned models of the backend."""
         from synth_ai.env.dotenv_files import load_command_env
-        from synth_ai.errors import InvalidInputError
         from synth_ai.models.registry import all_models, experimental_ids
 
         out = output_of(ctx, json_flag)
         load_command_env(env_file)
         if mode is not None and mode not in {"sft", "rl"}:
-            raise InvalidInputError(f"--mode must be 'sft' or 'rl', not {mode!r}.")
+            raise typer.BadParameter(f"must be 'sft' or 'rl', not {mode!r}.", param_hint="'--mode'")
         experimental = experimental_ids()
         models = [
             m for m in all_models()

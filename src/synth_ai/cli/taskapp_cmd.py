@@ -91,13 +91,14 @@ def register(app: typer.Typer) -> None:
         json_flag: bool = json_option(),
     ) -> None:
         """Check a task app's routes, auth and answers against the contract (exit non-zero on any failure)."""
-        from synth_ai.errors import InvalidInputError
 
         out = output_of(ctx, json_flag)
         if bool(inference_url) != bool(model):
-            raise InvalidInputError("--inference-url and --model go together (both give a real rollout).")
+            raise typer.BadParameter("--inference-url and --model go together (both give a real rollout).",
+                                     param_hint="'--inference-url/--model'")
         if url and app_id:
-            raise InvalidInputError("Pass either APP_ID (start it here) or --url (check a running app), not both.")
+            raise typer.BadParameter("Pass either APP_ID (start it here) or --url (check a running app), not both.",
+                                     param_hint="'APP_ID/--url'")
         kwargs = dict(timeout=timeout, min_instances=min_instances, inference_url=inference_url, model=model,
                       seed=seed, rollout_timeout=rollout_timeout)
         report = _validate_url(url, api_key, kwargs) if url else _validate_in_process(app_id, port, api_key, kwargs)

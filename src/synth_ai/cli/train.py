@@ -45,24 +45,23 @@ def register(app: typer.Typer) -> None:
         idempotency: str = typer.Option(None, "--idempotency", help="Idempotency-Key for creating the job."),
         poll: bool = typer.Option(True, "--poll/--no-poll", help="Follow the job until it ends (--no-poll: print "
                                   "the job id and exit)."),
-        poll_timeout: float = typer.Option(None, "--poll-timeout", help="Seconds to follow the job before "
+        poll_timeout: float = typer.Option(None, "--poll-timeout", min=0.1, help="Seconds to follow the job before "
                                            "giving up (exit 7; default: SFT [job].poll_seconds, else 3600)."),
-        poll_interval: float = typer.Option(5.0, "--poll-interval", help="Seconds between polls, against a backend "
-                                            "without a live event stream (the embedded one streams)."),
+        poll_interval: float = typer.Option(5.0, "--poll-interval", min=0.05, help="Seconds between polls, against a "
+                                            "backend without a live event stream (the embedded one streams)."),
         stream_format: StreamFormat = typer.Option(StreamFormat.auto, "--stream-format", help=STREAM_FORMAT_HELP),
-        examples: int = typer.Option(None, "--examples", help="SFT: upload only the first N records."),
+        examples: int = typer.Option(None, "--examples", min=1, help="SFT: upload only the first N records."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the exact requests, send nothing."),
         json_flag: bool = json_option(),
     ) -> None:
         """Train with SFT or RL (GSPO) from a TOML config."""
+        import time
+
         from synth_ai.cli.prompts import choose
-        from synth_ai.errors import InvalidInputError
         from synth_ai.train.prepare import TrainOptions, prepare_training
 
+        started = time.monotonic()
         out = output_of(ctx, json_flag)
-        if poll_interval <= 0 or (poll_timeout is not None and poll_timeout <= 0):
-            raise InvalidInputError("--poll-interval and --poll-timeout must be greater than zero.",
-                                    hint="e.g. --poll-interval 5 --poll-timeout 3600")
         options = TrainOptions(
             configs=list(config or []), type=type_.value, env_files=list(env_file or []), task_url=task_url,
             dataset=dataset, backend=backend, model=model, allow_experimental=allow_experimental,
@@ -73,11 +72,14 @@ def register(app: typer.Typer) -> None:
             _print_dry_run(out, prepared)
             return
         _submit_and_follow(out, prepared, options, poll=poll, poll_interval=poll_interval,
-                           poll_timeout=prepared.follow_timeout(poll_timeout), stream_format=stream_format.value)
+                           poll_timeout=prepared.follow_timeout(poll_timeout), stream_format=stream_format.value,
+                           started=started)
 
 
 def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: float, poll_timeout: float,
-                       stream_format: str) -> None:
+                       stream_format: str, started: float) -> None:
+    import time
+
     from synth_ai.cli.follow_view import follow_and_report
     from synth_ai.client.connect import open_api
     from synth_ai.client.follow import resume_command
@@ -91,15 +93,20 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
     for notice in prepared.notices:
         out.note(notice)
     api, backend = open_api(prepared.backend, say=out.info)
+    # --poll-timeout bounds the whole command: every request, its retries and the following of the job.
+    api.transport.set_deadline(poll_timeout - (time.monotonic() - started), f"--poll-timeout {poll_timeout:g} s")
     out.info(f"Backend: {backend.api_base} ({backend.source})")
     store = IdempotencyStore()
     rerun = rerun_command(options.configs, options.type, options.dataset, options.backend)
     hooks = Hooks(say=out.info, warn=out.warn, upload_progress=_progress_printer(out),
                   preflight=lambda: ensure_backend_can_train(api, backend, rerun))
     try:
-        with released_on_refusal(backend, out.info):  # no backend started for a refused run is left behind
-            submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples,
-                               hooks=hooks, store=store)
+        try:
+            with released_on_refusal(backend, out.info):  # no backend started for a refused run is left behind
+                submitted = submit(prepared, api, idempotency=options.idempotency, examples=options.examples,
+                                   hooks=hooks, store=store)
+        except KeyboardInterrupt:
+            raise _interrupted_before_job(rerun) from None
         jobs = api.sft if submitted.kind == "sft" else api.rl
         if not poll:
             doc = {"job_id": submitted.job_id, "status": submitted.job.get("status", "queued"),
@@ -107,10 +114,23 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
             out.result(doc, lambda o: o.info(f"Started job {submitted.job_id} (polling disabled); follow it with "
                                              f"`{resume_command(submitted.job_id, jobs)}`"))
             return
-        follow_and_report(out, jobs, submitted.job_id, interval=poll_interval, timeout=poll_timeout,
+        follow_and_report(out, jobs, submitted.job_id, interval=poll_interval,
+                          timeout=max(0.0, api.transport.time_left() or 0.0),
                           stream_format=stream_format, on_end=lambda: store.forget(*submitted.fingerprints))
     finally:
         api.close()
+
+
+def _interrupted_before_job(rerun: str):
+    """Ctrl-C while uploading or creating: no job to follow yet, so the way back is the same command."""
+    from synth_ai.errors import ExitCode, SynthError
+
+    err = SynthError("Interrupted before the job was started.",
+                     hint=f"Run the same command again to go on: {rerun}   (uploads and the create carry "
+                          "idempotency keys, so nothing is uploaded or created twice).")
+    err.exit_code = ExitCode.INTERRUPTED
+    err.code = "interrupted"
+    return err
 
 
 def _progress_printer(out):

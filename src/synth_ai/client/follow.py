@@ -189,6 +189,11 @@ def follow_job(
                     on_update(Update("timeline", entry))
             failures = 0
         except (NetworkError, ServerError, DeadlineError) as exc:
+            if isinstance(exc, DeadlineError) and isinstance(exc.details, dict) and exc.details.get("deadline"):
+                # the command's own deadline passed inside a call (a backend that stopped answering): stop now
+                raise DeadlineError(f"{exc.message} (while following job {job_id})",
+                                    hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
+                                    details={**exc.details, "job_id": job_id}) from None
             failures += 1
             if failures >= max_consecutive_errors:
                 raise lost_contact_error(jobs, job_id, failures, exc) from None

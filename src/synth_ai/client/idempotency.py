@@ -4,7 +4,9 @@ A create (upload, job create, job start) is identified by a fingerprint of what 
 operation and its content (file sha256, request body). The first attempt stores a fresh key under that
 fingerprint *before* sending; a re-run after a crash, a timeout or Ctrl-C finds the same key, so the backend
 returns the resource it already made instead of a second one. Once the client has seen the job end, `forget`
-drops the key, so deliberately running the same training again starts a new job. Keys also expire after a day.
+drops the key, so deliberately running the same training again starts a new job; so does a re-run that finds the
+job it made ended `failed` or `cancelled` (keys stop duplicates of running or succeeded work only; see
+`synth_ai.train.submit`). Keys also expire after a day.
 """
 
 from __future__ import annotations

@@ -7,7 +7,13 @@ failures to `synth_ai.errors` types.
 
 What is retried: connection failures (the request never left), 408, 429 and 5xx. Read timeouts and dropped
 connections after the request was sent are retried only when repeating is safe: GET, or a request carrying an
-idempotency key. 400, 401, 403, 404, 409, 413 and 422 are never retried.
+idempotency key; a server that accepted the connection and then said nothing until the read timeout gets one more
+try, not four. 400, 401, 403, 404, 409, 413 and 422 are never retried.
+
+Deadlines: every phase of every call has a finite timeout (connect 5 s, read/write 60 s, pool 5 s). A command with
+its own deadline (`train --poll-timeout`) sets it on the transport (`set_deadline`): each attempt's timeouts and
+each backoff are then cut to the time left, and a call that runs out raises `DeadlineError` naming the method and
+URL that hung, so retries can never carry a command past its deadline.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class RetryPolicy:
     base_delay: float = 0.5
     max_delay: float = 8.0
     max_retry_after: float = 60.0  # a server asking to wait longer than this fails fast instead
+    max_timeout_retries: int = 1  # a server silent for a whole read timeout is unlikely to answer the 5th time
 
     def backoff(self, attempt: int) -> float:
         """Exponential backoff with full jitter on its upper half: attempt 0 -> 0.25..0.5 s, capped."""
@@ -69,11 +76,16 @@ class Transport:
         retry: RetryPolicy = RetryPolicy(),
         sleep: Callable[[float], None] = time.sleep,
         http_transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api_base = api_base.rstrip("/")
         self.api_key = api_key
         self.retry = retry
         self._sleep = sleep
+        self._clock = clock
+        self._timeout = timeout
+        self.deadline: float | None = None  # on `clock`; None: only the per-call timeouts bound a call
+        self.deadline_label = ""
         headers = {"User-Agent": f"synth-ai/{__version__}", "Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -91,6 +103,40 @@ class Transport:
 
     def url(self, path: str) -> str:
         return f"{self.api_base}/{path.lstrip('/')}"
+
+    def set_deadline(self, seconds: float, label: str) -> None:
+        """Bound every later call, retries and backoff included, to `seconds` from now; `label` says whose
+        deadline it is in the error (e.g. "--poll-timeout 10 s")."""
+        self.deadline = self._clock() + seconds
+        self.deadline_label = label
+
+    def time_left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - self._clock()
+
+    def _deadline_error(self, method: str, path: str, what: str) -> DeadlineError:
+        return DeadlineError(
+            f"{method} {self.url(path)} {what}, and the command's deadline ({self.deadline_label}) has passed.",
+            hint="Check that the backend runs and answers (`curl <backend>/health`), or raise the deadline. "
+                 "Creates carry an idempotency key, so running the same command again does nothing twice.",
+            details={"url": self.url(path), "method": method, "deadline": self.deadline_label})
+
+    def _attempt_timeout(self, timeout: httpx.Timeout | None, method: str, path: str) -> httpx.Timeout:
+        """This attempt's timeouts: the call's (or the client's), each cut to the time the deadline leaves."""
+        base = timeout or self._timeout
+        left = self.time_left()
+        if left is None:
+            return base
+        if left <= 0:
+            raise self._deadline_error(method, path, "was not sent")
+        return httpx.Timeout(connect=_cut(base.connect, left), read=_cut(base.read, left),
+                             write=_cut(base.write, left), pool=_cut(base.pool, left))
+
+    def _pause(self, seconds: float, method: str, path: str, what: str) -> None:
+        """Back off before a retry, unless the deadline comes first: then stop now with what went wrong."""
+        left = self.time_left()
+        if left is not None and seconds >= left:
+            raise self._deadline_error(method, path, what)
+        self._sleep(seconds)
 
     def request(
         self,
@@ -112,19 +158,20 @@ class Transport:
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
         can_repeat_after_send = method in SAFE_METHODS or idempotency_key is not None
-        attempt = 0
+        attempt = timeouts = 0
         while True:
             content = None
             attempt_headers = dict(headers)
+            attempt_timeout = self._attempt_timeout(timeout, method, path)
             if body_factory is not None:
                 content, extra = body_factory()
                 attempt_headers.update(extra)
             try:
                 response = self._http.request(method, path, json=json, params=params, content=content,
-                                              headers=attempt_headers, timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+                                              headers=attempt_headers, timeout=attempt_timeout)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 if attempt < self.retry.max_retries:
-                    self._sleep(self.retry.backoff(attempt))
+                    self._pause(self.retry.backoff(attempt), method, path, f"could not connect ({type(exc).__name__})")
                     attempt += 1
                     continue
                 raise NetworkError(
@@ -133,9 +180,15 @@ class Transport:
                          "`synth-ai backend start`.",
                 ) from None
             except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
-                if can_repeat_after_send and attempt < self.retry.max_retries:
-                    self._sleep(self.retry.backoff(attempt))
+                what = f"got no answer ({type(exc).__name__} after {_phase_limit(exc, attempt_timeout):.1f} s)"
+                left = self.time_left()
+                if left is not None and left <= 0.05:
+                    raise self._deadline_error(method, path, what) from None
+                if can_repeat_after_send and attempt < self.retry.max_retries \
+                        and timeouts < self.retry.max_timeout_retries:
+                    self._pause(self.retry.backoff(attempt), method, path, what)
                     attempt += 1
+                    timeouts += 1
                     continue
                 raise DeadlineError(
                     f"{method} {self.url(path)} timed out ({type(exc).__name__}); the server may still have acted.",
@@ -143,7 +196,8 @@ class Transport:
                 ) from None
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
                 if can_repeat_after_send and attempt < self.retry.max_retries:
-                    self._sleep(self.retry.backoff(attempt))
+                    self._pause(self.retry.backoff(attempt), method, path,
+                                f"lost its connection ({type(exc).__name__})")
                     attempt += 1
                     continue
                 raise NetworkError(f"The connection to {self.api_base} broke during {method} {path} "
@@ -155,7 +209,8 @@ class Transport:
                 if wait is not None and wait > self.retry.max_retry_after:
                     raise _status_error(method, self.url(path), response,
                                         note=f"the server asked to wait {wait:.0f} s before retrying")
-                self._sleep(wait if wait is not None else self.retry.backoff(attempt))
+                self._pause(wait if wait is not None else self.retry.backoff(attempt), method, path,
+                            f"answered {response.status_code}")
                 attempt += 1
                 continue
             raise _status_error(method, self.url(path), response)
@@ -191,6 +246,15 @@ class Transport:
                                 f"({type(exc).__name__}).") from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise NetworkError(f"The stream from {self.api_base} broke ({type(exc).__name__}).") from None
+
+
+def _cut(limit: float | None, left: float) -> float:
+    return max(0.01, left if limit is None else min(limit, left))
+
+
+def _phase_limit(exc: Exception, timeout: httpx.Timeout) -> float:
+    limit = timeout.write if isinstance(exc, httpx.WriteTimeout) else timeout.read
+    return float(limit) if limit is not None else 0.0
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

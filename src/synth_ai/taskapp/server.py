@@ -28,6 +28,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
+from synth_ai.apidocs import add_keyed_docs
 from synth_ai.env.secrets import mask_secret, redact
 from synth_ai.taskapp import auth
 from synth_ai.taskapp.config import TaskAppConfig
@@ -97,7 +98,8 @@ def create_task_app(config: TaskAppConfig, *, tracing: TracingSettings | None = 
                     log.exception("task app shutdown hook failed")
             tracer.close()
 
-    app = FastAPI(title=config.name, description=config.description, lifespan=lifespan)
+    app = FastAPI(title=config.name, description=config.description, lifespan=lifespan, docs_url=None,
+                  redoc_url=None, openapi_url=None)  # added below, behind the same key check as the routes
     app.state.task_app_config = config
     app.state.tracer = tracer
     for key, value in config.app_state.items():
@@ -114,6 +116,7 @@ def create_task_app(config: TaskAppConfig, *, tracing: TracingSettings | None = 
         return JSONResponse(exc.to_body(), status_code=exc.status_code)
 
     guard = [Depends(_require_key)] if config.require_api_key else []
+    add_keyed_docs(app, guard)
 
     @app.get("/")
     async def root() -> dict[str, Any]:

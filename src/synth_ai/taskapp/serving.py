@@ -261,6 +261,7 @@ def serve_task_app(
         load_env_files([cwd_env], required=False)
     ensure_port_available(host, port, force=force, echo=echo)
     require_environment_api_key(interactive=interactive)
+    _refuse_unguarded_app(entry, host, port)
     if share_key:
         from synth_ai.client.env_keys import share_environment_key
 
@@ -285,6 +286,18 @@ def serve_task_app(
 
     uvicorn.run(create_task_app(entry.config_factory()), host=host, port=port, log_level=log_level,
                 reload=False)
+
+
+def _refuse_unguarded_app(entry: Any, host: str, port: int) -> None:
+    """A task app whose config turns key checks off may run on loopback only (see `synth_ai.env.exposure`)."""
+    from synth_ai.env.exposure import is_loopback, refuse_unguarded
+
+    if is_loopback(host):
+        return
+    config = entry.config_factory()
+    refuse_unguarded(host, port, f"task app '{entry.app_id}'", guarded=bool(config.require_api_key),
+                     fix="Its TaskAppConfig sets require_api_key=False: set it to True (the default) so "
+                         "ENVIRONMENT_API_KEY guards every route.")
 
 
 def reload_app_factory() -> Any:

@@ -32,6 +32,7 @@ from synth_ai.train.prepare import PreparedTraining
 
 READY = {"ready", "stored", "complete", "completed", "processed", "succeeded"}
 INVALID = {"invalid", "failed", "error", "rejected"}
+RESTARTABLE = {"failed", "cancelled", "canceled", "gone"}  # an earlier job in these does not block a new one
 
 
 @dataclass
@@ -115,9 +116,10 @@ def _submit_sft(prepared, api: SynthAPI, *, idempotency, examples, hooks: Hooks,
     create_fp = fingerprint("sft.create", api_base, payload)
     fingerprints.append(create_fp)
     hooks.say(f"Creating the job: POST {api.transport.url('/learning/jobs')}")
-    earlier = idempotency is None and store.has(create_fp)
+    earlier = idempotency is None and _earlier_job_in_play(api.sft, store, create_fp, hooks)
     created = api.sft.create(payload, idempotency_key=store.key_for(create_fp, explicit=idempotency))
     job_id = job_id_of(created, api.transport.url("/learning/jobs"))
+    store.remember(create_fp, job_id)
     _say_created(hooks, job_id, created, earlier)
     start_fp = fingerprint("sft.start", api_base, job_id)
     fingerprints.append(start_fp)
@@ -125,6 +127,28 @@ def _submit_sft(prepared, api: SynthAPI, *, idempotency, examples, hooks: Hooks,
     hooks.say("✓ Job started")
     return Submitted("sft", job_id, api_base, job=created if isinstance(created, dict) else {}, files=files,
                      fingerprints=fingerprints)
+
+
+def _earlier_job_in_play(jobs, store: IdempotencyStore, create_fp: str, hooks: Hooks) -> bool:
+    """Whether an earlier run of this command made a job that the create will answer with again (its key is
+    kept). A job that ended `failed` or `cancelled` does not count: its key is dropped, so a new job is made, and
+    the person is told which job that replaces and why."""
+    if not store.has(create_fp):
+        return False
+    earlier_id = store.result(create_fp)
+    if earlier_id is None:
+        return True  # the earlier run crashed before it learnt the id: the key finds its job, if one was made
+    try:
+        status = str(jobs.get(earlier_id).get("status") or "").lower()
+    except NotFoundError:
+        status = "gone"
+    if status in RESTARTABLE:
+        store.forget(create_fp)
+        hooks.say(f"Starting a new job: the earlier run of this command made job {earlier_id}, which "
+                  f"{'no longer exists' if status == 'gone' else 'ended ' + status} (keys only stop duplicates of "
+                  "jobs that are running or succeeded)")
+        return False
+    return True
 
 
 def _say_created(hooks: Hooks, job_id: str, created: Any, earlier: bool) -> None:
@@ -210,8 +234,8 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
     # Locally first: only a key this task app accepts is worth handing to the backend.
     hooks.say("Performing task app health check…")
     aliases = [a.strip() for a in os.environ.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
-    for check in (check_health(task_url, env_key, aliases=aliases), check_task_info(task_url, env_key,
-                                                                                    aliases=aliases)):
+    for probe in (check_health, check_task_info):
+        check = probe(task_url, env_key, aliases=aliases, timeout=_probe_timeout(api))
         if not check.ok:
             raise error_for_exit_code(check.exit_code, f"Task app check failed: {check.name}: {check.message}",
                                       hint=f"Check the task app at {task_url} (`synth-ai task-app validate --url "
@@ -229,12 +253,21 @@ def _submit_rl(prepared, api: SynthAPI, *, idempotency, hooks: Hooks, store: Ide
     payload = build_rl_payload(config, api_base=api.transport.api_base)
     create_fp = fingerprint("rl.create", api.transport.api_base, payload)
     hooks.say(f"Creating the job: POST {api.transport.url('/rl/jobs')}")
-    earlier = idempotency is None and store.has(create_fp)
+    earlier = idempotency is None and _earlier_job_in_play(api.rl, store, create_fp, hooks)
     created = api.rl.create(payload, idempotency_key=store.key_for(create_fp, explicit=idempotency))
     job_id = job_id_of(created, api.transport.url("/rl/jobs"))
+    store.remember(create_fp, job_id)
     _say_created(hooks, job_id, created, earlier)
     return Submitted("rl", job_id, api.transport.api_base, job=created if isinstance(created, dict) else {},
                      fingerprints=[create_fp])
+
+
+def _probe_timeout(api: SynthAPI) -> float:
+    """A task-app check's timeout: its usual 10 s, cut to what the command's deadline leaves."""
+    from synth_ai.taskapp.verify import DEFAULT_TIMEOUT_S
+
+    left = api.transport.time_left()
+    return DEFAULT_TIMEOUT_S if left is None else max(0.1, min(DEFAULT_TIMEOUT_S, left))
 
 
 def _share_env_key(api: SynthAPI, env_key: str, hooks: Hooks) -> None:

@@ -53,8 +53,8 @@ def replay(backend: Backend, request: Request, body: Any, scope: str) -> JSONRes
     if not key:
         return None
     stored = idem.lookup(backend.db.conn(), key, scope, idem.fingerprint_json(body))
-    if stored is None:
-        return None
+    if stored is None or _ended_unsuccessfully(backend, stored) is not None:
+        return None  # new, or its job failed or was cancelled: the create runs (and releases the key)
     response = stored.response
     if stored.resource_id:
         row = backend.jobs.get(stored.resource_id)
@@ -68,10 +68,14 @@ def idempotent_create(backend: Backend, request: Request, body: Any, create: Cal
     """Run `create(conn) -> (status, response)` once per Idempotency-Key (same transaction as the record)."""
     key = idem.check_key(request.headers.get(idem.HEADER))
     fingerprint = idem.fingerprint_json(body)
+    superseded = None
     with backend.db.tx() as conn:
         if key:
             stored = idem.lookup(conn, key, scope, fingerprint)
-            if stored is not None:
+            superseded = _ended_unsuccessfully(backend, stored, conn) if stored is not None else None
+            if superseded is not None:
+                idem.release(conn, key, scope)
+            elif stored is not None:
                 response = stored.response
                 if stored.resource_id:
                     row = backend.jobs.get(stored.resource_id, conn)
@@ -82,7 +86,21 @@ def idempotent_create(backend: Backend, request: Request, body: Any, create: Cal
         status, response = create(conn)
         if key:
             idem.record(conn, key, scope, fingerprint, status, {"id": response.get("id")}, response.get("id"))
-    return JSONResponse(response, status_code=status)
+        if superseded is not None and response.get("id"):  # say which job the key stood for, and why no longer
+            backend.jobs._event(conn, response["id"], f"{superseded['kind']}.{J.EV_CREATED}",
+                                f"New job for a reused {idem.HEADER}: job {superseded['id']}, made with it earlier, "
+                                f"ended {superseded['status']}.", {"supersedes": superseded["id"],
+                                                                  "superseded_status": superseded["status"]}, "info")
+    headers = {idem.SUPERSEDED_HEADER: f"{superseded['id']}; status={superseded['status']}"} if superseded else {}
+    return JSONResponse(response, status_code=status, headers=headers)
+
+
+def _ended_unsuccessfully(backend: Backend, stored: idem.Stored, conn=None):
+    """The job a stored key made, when it has since failed or been cancelled (so the key no longer blocks)."""
+    if not stored.resource_id:
+        return None
+    row = backend.jobs.get(stored.resource_id, conn)
+    return row if row is not None and row["status"] in {"failed", "cancelled"} else None
 
 
 def require_executor(backend: Backend, kind: str, model: str, payload: dict[str, Any]) -> None:
