@@ -1,0 +1,107 @@
+"""Transient faults between our client and the real backend: upload → create → follow flows through a loopback
+proxy that answers 429 (with Retry-After) and 500/502/503, resets connections, and drops answers after the backend
+committed, at a 20 % rate on every route.
+
+The backend is a real `synth-ai backend serve` subprocess (real SQLite); the flows use our real client code. The
+fast run (`FAST_FLOWS` flows) is part of the default suite; `pytest -m soak` runs `SOAK_FLOWS` and writes its
+figures to `$SYNTH_RELIABILITY_OUT` (default: the test's tmp dir).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from faults_checks import backend_records, duplicate_violations, key_violations, retry_violations
+from faults_flows import run_flow
+from faults_proxy import FaultProxy, FaultRule
+
+from backend_support import BackendProcess
+from conftest import REPO_ROOT
+
+CONFIG = REPO_ROOT / "examples" / "configs" / "sft_tiny_local.toml"
+FAULT_RATE = 0.2
+FAST_FLOWS = 120
+SOAK_FLOWS = 1200
+WORKERS = 6  # flows in flight at once
+# One flow in ten goes through `synth-ai train`'s submit code (which also starts the job, so a worker process is
+# started and then cancelled: the expensive part); one in ten is a create the backend refuses.
+MIX = ("train",) + ("create",) * 8 + ("reject",)
+
+CREATE_FAULTS = ("status:429", "status:500", "status:502", "status:503", "reset", "drop", "after-commit:502")
+READ_FAULTS = ("status:429", "status:500", "status:502", "status:503", "reset", "drop")
+RULES = [
+    FaultRule(r"POST /api/.*", CREATE_FAULTS, FAULT_RATE),
+    FaultRule(r"GET /api/.*", READ_FAULTS, FAULT_RATE),
+]
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory):
+    data_dir = tmp_path_factory.mktemp("faults-backend") / "home"
+    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0",
+                                            "SYNTH_AI_BACKEND_CANCEL_GRACE_S": "2"}).start()
+    yield process
+    process.stop()
+
+
+def run_flows(backend: BackendProcess, workdir: Path, count: int, seed: int, monkeypatch) -> dict:
+    monkeypatch.setenv("SYNTH_API_KEY", backend.key)
+    started = time.monotonic()
+    with FaultProxy(backend.url, RULES, seed=seed) as proxy:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            futures = [pool.submit(run_flow, MIX[i % len(MIX)], f"s{seed}-flow-{i:05d}", api_base=f"{proxy.url}/api",
+                                   key=backend.key, workdir=workdir, config=CONFIG) for i in range(count)]
+            outcomes = [f.result() for f in futures]
+        attempts = proxy.log()
+    with backend.client() as client:
+        files, jobs = backend_records(client)
+    mine = [o for o in outcomes]
+    flows = {o.flow for o in mine}
+    files = [f for f in files if f["filename"].removesuffix(".jsonl") in flows]
+    problems = {
+        "wrong_end": [f"{o.flow} ({o.kind}): {o.status}, expected {o.expected}: {o.error}" for o in mine if not o.ok],
+        "keys": key_violations(attempts),
+        "retries": [p for o in mine for p in retry_violations([a for a in attempts if a.flow == o.flow], o.sleeps)],
+        "duplicates": duplicate_violations(mine, files, jobs),
+    }
+    faults: dict[str, int] = {}
+    for a in attempts:
+        faults[a.fault or "none"] = faults.get(a.fault or "none", 0) + 1
+    return {
+        "flows": count, "correct": sum(o.ok for o in mine), "reruns": sum(o.runs - 1 for o in mine),
+        "flows_rerun": sum(o.runs > 1 for o in mine), "requests": len(attempts),
+        "faults_injected": sum(v for k, v in faults.items() if k != "none"), "faults": faults,
+        "retry_waits": sum(len(o.sleeps) for o in mine), "wall_s": round(time.monotonic() - started, 1),
+        "rerun_causes": [e for o in mine for e in o.transient],
+        "kinds": {k: sum(o.kind == k for o in mine) for k in set(MIX)}, "problems": problems,
+    }
+
+
+def _assert_figures(figures: dict) -> None:
+    wrong = figures["flows"] - figures["correct"]
+    assert wrong <= figures["flows"] // 1000, figures["problems"]["wrong_end"][:10]
+    for name in ("keys", "retries", "duplicates"):
+        assert not figures["problems"][name], (name, figures["problems"][name][:10])
+    assert figures["faults_injected"] >= 0.15 * figures["requests"]  # the faults really were injected
+
+
+def test_flows_end_right_under_a_20_percent_fault_rate(backend, tmp_path, monkeypatch):
+    figures = run_flows(backend, tmp_path, FAST_FLOWS, seed=1, monkeypatch=monkeypatch)
+    print(json.dumps({k: v for k, v in figures.items() if k != "problems"}))
+    print(figures["rerun_causes"])
+    _assert_figures(figures)
+
+
+@pytest.mark.soak
+def test_soak_flows_end_right_under_a_20_percent_fault_rate(backend, tmp_path, monkeypatch):
+    count = int(os.environ.get("SYNTH_RELIABILITY_FLOWS", SOAK_FLOWS))
+    figures = run_flows(backend, tmp_path, count, seed=2, monkeypatch=monkeypatch)
+    out = Path(os.environ.get("SYNTH_RELIABILITY_OUT", tmp_path))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "transient_faults.json").write_text(json.dumps(figures, indent=1))
+    _assert_figures(figures)
