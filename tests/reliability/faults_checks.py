@@ -14,6 +14,7 @@ from faults_proxy import Attempt
 from synth_ai.client.transport import RETRYABLE_STATUS, SAFE_METHODS, RetryPolicy
 
 CREATE_ROUTES = re.compile(r"POST /api/(files|learning/jobs|learning/jobs/[^/]+/start)")
+REPEATABLE_ROUTES = re.compile(r"POST /api/learning/jobs/[^/]+/cancel")  # `Jobs.cancel(...)`: repeatable=True
 
 
 def _route(attempt: Attempt) -> str:
@@ -50,8 +51,10 @@ def retry_violations(attempts: list[Attempt], sleeps: list[float], policy: Retry
     for position, a in enumerate(attempts):
         following = attempts[position + 1] if position + 1 < len(attempts) else None
         failed_in_flight = a.delivered is None
-        retryable = (a.delivered in RETRYABLE_STATUS) or (
-            failed_in_flight and (a.method in SAFE_METHODS or a.key is not None))
+        repeatable = a.method in SAFE_METHODS or a.key is not None or REPEATABLE_ROUTES.fullmatch(_route(a))
+        retryable = (a.delivered in RETRYABLE_STATUS) or (failed_in_flight and repeatable)
+        if failed_in_flight and not repeatable:  # every request of these flows may be repeated safely
+            problems.append(f"{a.flow}: {_route(a)} lost its answer and cannot be retried (no key)")
         if a.delivered is not None and 400 <= a.delivered < 500 and a.delivered not in RETRYABLE_STATUS:
             if following is not None and _same_request(a, following):
                 problems.append(f"{a.flow}: {_route(a)} retried after a {a.delivered}")
