@@ -33,11 +33,13 @@ STATUS_TEXT = {429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad
 
 @dataclass(frozen=True)
 class FaultRule:
-    """Faults for requests whose `METHOD path` matches `pattern` (a regex), drawn with probability `rate`."""
+    """Faults for requests whose `METHOD path` matches `pattern` (a regex), drawn with probability `rate`, at most
+    `limit` times in all (None: no limit)."""
 
     pattern: str
     faults: tuple[str, ...]
     rate: float = 0.2
+    limit: int | None = None
 
     def matches(self, method: str, path: str) -> bool:
         return re.fullmatch(self.pattern, f"{method} {path}") is not None
@@ -67,6 +69,7 @@ class FaultProxy:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._rngs: dict[str, random.Random] = {}
+        self._used: dict[int, int] = {}  # injections per rule, for `FaultRule.limit`
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -91,6 +94,7 @@ class FaultProxy:
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
         self._loop = loop
         self._client = httpx.AsyncClient(base_url=self.upstream, timeout=120.0,
                                          limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
@@ -101,18 +105,24 @@ class FaultProxy:
             loop.run_forever()
         finally:
             server.close()
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]  # open client connections
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(self._client.aclose())
             loop.close()
 
     # Decisions ------------------------------------------------------------------------------------------------
     def _draw(self, flow: str, method: str, path: str) -> str | None:
-        rule = next((r for r in self.rules if r.matches(method, path)), None)
-        if rule is None or not rule.faults:
+        index = next((i for i, r in enumerate(self.rules) if r.matches(method, path)), None)
+        if index is None or not self.rules[index].faults:
             return None
+        rule = self.rules[index]
         with self._lock:  # one seeded stream per flow: a flow's faults do not depend on other flows' timing
             rng = self._rngs.setdefault(flow, random.Random(f"{self.seed}:{flow}"))
-            if rng.random() >= rule.rate:
+            if rng.random() >= rule.rate or (rule.limit is not None and self._used.get(index, 0) >= rule.limit):
                 return None
+            self._used[index] = self._used.get(index, 0) + 1
             return rng.choice(rule.faults)
 
     def log(self, flow: str | None = None) -> list[Attempt]:
@@ -158,7 +168,12 @@ class FaultProxy:
             await _write(writer, status, _injected_body(status), extra)
             return True
         forwarded = {k: v for k, v in headers.items() if k not in HOP_HEADERS and k != "host"}
-        response = await self._client.request(method, target, headers=forwarded, content=body)
+        try:
+            response = await self._client.request(method, target, headers=forwarded, content=body)
+        except httpx.HTTPError as exc:  # the backend itself failed: logged, so a test can refuse it
+            attempt.fault = f"upstream-error:{type(exc).__name__}"
+            writer.close()
+            return False
         attempt.upstream = response.status_code
         if fault == "drop":
             writer.close()  # the backend has committed; the client hears nothing

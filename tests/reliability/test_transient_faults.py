@@ -88,6 +88,7 @@ def _assert_figures(figures: dict) -> None:
     for name in ("keys", "retries", "duplicates"):
         assert not figures["problems"][name], (name, figures["problems"][name][:10])
     assert figures["faults_injected"] >= 0.15 * figures["requests"]  # the faults really were injected
+    assert not [k for k in figures["faults"] if k.startswith("upstream-error")], figures["faults"]
 
 
 def test_flows_end_right_under_a_20_percent_fault_rate(backend, tmp_path, monkeypatch):
@@ -105,3 +106,50 @@ def test_soak_flows_end_right_under_a_20_percent_fault_rate(backend, tmp_path, m
     out.mkdir(parents=True, exist_ok=True)
     (out / "transient_faults.json").write_text(json.dumps(figures, indent=1))
     _assert_figures(figures)
+
+
+def test_following_outlasts_a_run_of_429s_longer_than_the_transport_retries(backend, tmp_path):
+    """Five 429s in a row exhaust one poll's retries; the follow polls again instead of giving up."""
+    from faults_flows import dataset_for, open_flow_api, sft_body
+
+    from backend_support import upload
+    from synth_ai.client.follow import follow_job
+
+    with backend.client() as client:
+        file_id = upload(client, dataset_for(tmp_path, "follow-429")).json()["id"]
+        job_id = client.post("/learning/jobs", json=sft_body(file_id)).json()["id"]
+        client.post(f"/learning/jobs/{job_id}/cancel").raise_for_status()
+    rules = [FaultRule(r"GET /api/learning/jobs/[^/]+/events", ("status:429",), rate=1.0, limit=5)]
+    sleeps: list[float] = []
+    with FaultProxy(backend.url, rules) as proxy:
+        api = open_flow_api(f"{proxy.url}/api", backend.key, "follow-429", sleeps)
+        result = follow_job(api.sft, job_id, interval=1.0, timeout=60, sleep=lambda s: None)
+        api.close()
+        injected = [a for a in proxy.log() if a.fault]
+    assert result.status == "cancelled"
+    assert len(injected) == 5 and len(sleeps) == 4  # the transport retried 4 times, then the follow polled again
+
+
+def test_a_task_apps_policy_call_survives_dropped_connections():
+    """A chat completion whose connection breaks before the answer is sent again (twice at most)."""
+    import asyncio
+
+    from taskapp_support import completion, scripted_model
+
+    from synth_ai.taskapp.errors import InferenceError
+    from synth_ai.taskapp.inference import BROKEN_RETRIES, chat_completion
+
+    payload = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
+    with scripted_model(lambda body: completion("hello")) as (model_url, model):
+        upstream = model_url.removesuffix("/v1")
+        for drops in (BROKEN_RETRIES, BROKEN_RETRIES + 1):
+            rules = [FaultRule(r"POST .*", ("drop", "reset"), rate=1.0, limit=drops)]
+            with FaultProxy(upstream, rules) as proxy:
+                if drops == BROKEN_RETRIES:
+                    answer = asyncio.run(chat_completion(f"{proxy.url}/v1", payload, record=False))
+                    assert answer["choices"][0]["message"]["content"] == "hello"
+                else:
+                    with pytest.raises(InferenceError) as failed:
+                        asyncio.run(chat_completion(f"{proxy.url}/v1", payload, record=False))
+                    assert failed.value.code == "inference_unreachable"
+                assert len(proxy.log()) == BROKEN_RETRIES + 1  # the first try and its retries, no more

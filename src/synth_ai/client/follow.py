@@ -16,7 +16,10 @@ from enum import Enum
 from typing import Any
 
 from synth_ai.client.resources import Jobs
-from synth_ai.errors import DeadlineError, NetworkError, ServerError
+from synth_ai.errors import DeadlineError, NetworkError, RateLimitError, ServerError
+
+# What a poll may fail with and still be tried again at the next interval (a run of them ends the follow).
+TRANSIENT_ERRORS = (NetworkError, ServerError, DeadlineError, RateLimitError)
 
 
 class JobStatus(str, Enum):
@@ -164,7 +167,7 @@ def follow_job(
                     seen_timeline.add(key)
                     on_update(Update("timeline", entry))
             failures = 0
-        except (NetworkError, ServerError, DeadlineError) as exc:
+        except TRANSIENT_ERRORS as exc:
             failures += 1
             if failures >= max_consecutive_errors:
                 raise NetworkError(
@@ -194,7 +197,7 @@ def follow_job(
     # Confirm the end over REST: the status payload is the source of truth for fine_tuned_model.
     try:
         job = jobs.get(job_id)
-    except (NetworkError, ServerError, DeadlineError):
+    except TRANSIENT_ERRORS:
         pass
     final = JobStatus.parse(job.get("status") or job.get("state"))
     status = (final if final is not None and final.terminal else terminal or JobStatus.FAILED).value

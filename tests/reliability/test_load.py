@@ -1,0 +1,106 @@
+"""Load: many concurrent clients against the real embedded backend (list, upload, create, events, inference) and
+many concurrent rollouts against each bundled task app. No error beyond the documented back-pressure (429 with
+Retry-After, 503), no "database is locked" ever reaching a client, no duplicate from a retried create, and the
+servers healthy afterwards. The default run is small; `pytest -m soak` runs the full size (200 clients, 100
+rollouts per app) and writes its figures to `$SYNTH_RELIABILITY_OUT`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+from load_backend import run_backend_load
+from load_stats import LoadLog
+from load_taskapps import APPS, run_taskapp_load, scripted_policy
+from taskapp_support import scripted_model
+
+from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
+
+FAST_CLIENTS, SOAK_CLIENTS = 30, 200
+FAST_ROLLOUTS, SOAK_ROLLOUTS = 20, 100
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory):
+    data_dir = tmp_path_factory.mktemp("load-backend") / "home"
+    data_dir.mkdir()
+    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
+    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
+    yield process
+    process.stop()
+
+
+def _write(name: str, figures: dict, tmp_path: Path) -> None:
+    out = Path(os.environ.get("SYNTH_RELIABILITY_OUT", tmp_path))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps(figures, indent=1))
+    print(json.dumps(figures))
+
+
+def backend_load(backend: BackendProcess, workdir: Path, clients: int, rounds: int) -> dict:
+    log, made = run_backend_load(api_base=f"{backend.url}/api", key=backend.key, workdir=workdir, clients=clients,
+                                 rounds=rounds)
+    figures = {"clients": clients, "rounds": rounds, **made, **log.figures()}
+    with backend.client() as client:
+        figures["healthy_after"] = httpx.get(f"{backend.url}/health", timeout=10).status_code == 200 and \
+            client.get("/learning/jobs", params={"limit": 1}).status_code == 200
+        names = [f["filename"] for f in client.get("/files", params={"limit": 1000}).json()["data"]]
+    prefix = workdir.name
+    figures["files_on_backend"] = sum(1 for n in names if n.startswith("load-") and n.endswith(".jsonl"))
+    figures["backend_log_locked"] = backend.log().lower().count("database is locked")
+    del prefix
+    return figures
+
+
+def _assert_backend(figures: dict) -> None:
+    assert figures["clients_finished"] == figures["clients"], figures
+    assert figures["client_failure_count"] == 0, figures["client_failures"]
+    assert figures["unexpected_count"] == 0, figures["unexpected"]
+    assert figures["database_locked"] == 0, figures
+    assert figures["healthy_after"], figures
+    expected = figures["clients"] * figures["rounds"]
+    assert figures["files"] == figures["jobs"] == expected, figures
+
+
+def test_backend_serves_concurrent_clients_without_errors(backend, tmp_path):
+    figures = backend_load(backend, tmp_path, FAST_CLIENTS, rounds=1)
+    print(json.dumps(figures))
+    _assert_backend(figures)
+
+
+def taskapp_load(count: int) -> dict:
+    log = LoadLog()
+    with scripted_model(scripted_policy) as (model_url, _model):
+        apps = [run_taskapp_load(app, model_url, count, log) for app in APPS]
+    return {"apps": apps, **log.figures()}
+
+
+def _assert_taskapps(figures: dict) -> None:
+    assert figures["client_failure_count"] == 0, figures["client_failures"]
+    assert figures["unexpected_count"] == 0, figures["unexpected"]
+    assert all(a["healthy_after"] for a in figures["apps"]), figures["apps"]
+
+
+def test_task_apps_serve_concurrent_rollouts(tmp_path):
+    figures = taskapp_load(FAST_ROLLOUTS)
+    print(json.dumps(figures))
+    _assert_taskapps(figures)
+
+
+@pytest.mark.soak
+def test_soak_backend_under_200_clients(backend, tmp_path):
+    figures = backend_load(backend, tmp_path, int(os.environ.get("SYNTH_RELIABILITY_CLIENTS", SOAK_CLIENTS)),
+                           rounds=1)
+    _write("load_backend.json", figures, tmp_path)
+    _assert_backend(figures)
+
+
+@pytest.mark.soak
+def test_soak_task_apps_under_100_rollouts_each(tmp_path):
+    figures = taskapp_load(int(os.environ.get("SYNTH_RELIABILITY_ROLLOUTS", SOAK_ROLLOUTS)))
+    _write("load_taskapps.json", figures, tmp_path)
+    _assert_taskapps(figures)
