@@ -23,6 +23,8 @@ from typing import Any
 
 from faults_proxy import FlowTag
 
+from backend_support import TINY_TEXT
+
 from synth_ai.client.follow import follow_job
 from synth_ai.client.idempotency import IdempotencyStore, fingerprint
 from synth_ai.client.resources import SynthAPI, job_id_of
@@ -31,7 +33,7 @@ from synth_ai.errors import DeadlineError, InvalidInputError, NetworkError, Rate
 
 TRANSIENT = (NetworkError, ServerError, RateLimitError, DeadlineError)
 MAX_RUNS = 3  # the first run and up to two re-runs of the same command
-TINY_MODEL = "synth-ai/tiny-qwen3"
+TINY_MODEL = TINY_TEXT  # built locally, never downloaded
 
 
 @dataclass

@@ -11,11 +11,13 @@ from pathlib import Path
 from faults_flows import dataset_for, sft_body
 from load_stats import LoadLog, RecordingTransport
 
+from backend_support import TINY_TEXT
+
 from synth_ai.client.resources import SynthAPI, job_id_of
 from synth_ai.client.transport import Transport
 from synth_ai.errors import SynthError
 
-TINY_MODEL = "synth-ai/tiny-qwen3"
+TINY_MODEL = TINY_TEXT  # built locally, never downloaded
 
 
 def _timed(log: LoadLog, op: str, call):
@@ -26,7 +28,7 @@ def _timed(log: LoadLog, op: str, call):
 
 
 def one_client(name: str, *, api_base: str, key: str, workdir: Path, log: LoadLog, gate: threading.Barrier,
-               rounds: int) -> dict[str, int]:
+               rounds: int, inference: bool) -> dict[str, int]:
     """One client's session; returns what it created (for the duplicate check)."""
     api = SynthAPI(Transport(api_base, key, http_transport=RecordingTransport(log)))
     made = {"files": 0, "jobs": 0}
@@ -44,12 +46,13 @@ def one_client(name: str, *, api_base: str, key: str, workdir: Path, log: LoadLo
                 made["jobs"] += 1
                 job_id = job_id_of(created, "/learning/jobs")
                 _timed(log, "events", lambda: api.sft.events(job_id))
-                answer = _timed(log, "inference", lambda: api.transport.post_json(
-                    "/inference/v1/chat/completions",
-                    {"model": TINY_MODEL, "max_tokens": 4, "temperature": 0,
-                     "messages": [{"role": "user", "content": f"Say hi to {label}"}]}))
-                if not answer.get("choices"):
-                    log.failed(f"{label}: inference answered without choices")
+                if inference:
+                    answer = _timed(log, "inference", lambda: api.transport.post_json(
+                        "/inference/v1/chat/completions",
+                        {"model": TINY_MODEL, "max_tokens": 4, "temperature": 0,
+                         "messages": [{"role": "user", "content": f"Say hi to {label}"}]}))
+                    if not answer.get("choices"):
+                        log.failed(f"{label}: inference answered without choices")
                 _timed(log, "list jobs", lambda: api.sft.list(limit=20))
             except SynthError as exc:
                 log.failed(f"{label}: {type(exc).__name__}: {exc.message}")
@@ -58,7 +61,8 @@ def one_client(name: str, *, api_base: str, key: str, workdir: Path, log: LoadLo
     return made
 
 
-def run_backend_load(*, api_base: str, key: str, workdir: Path, clients: int, rounds: int) -> tuple[LoadLog, dict]:
+def run_backend_load(*, api_base: str, key: str, workdir: Path, clients: int, rounds: int,
+                     inference: bool) -> tuple[LoadLog, dict]:
     log = LoadLog()
     gate = threading.Barrier(clients)
     results: list[dict[str, int]] = []
@@ -67,7 +71,7 @@ def run_backend_load(*, api_base: str, key: str, workdir: Path, clients: int, ro
     for i in range(clients):
         def work(i: int = i) -> None:
             results.append(one_client(f"load-{i:04d}", api_base=api_base, key=key, workdir=workdir, log=log,
-                                      gate=gate, rounds=rounds))
+                                      gate=gate, rounds=rounds, inference=inference))
         thread = threading.Thread(target=work, name=f"load-client-{i}", daemon=True)
         thread.start()
         threads.append(thread)

@@ -22,11 +22,21 @@ from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_t
 
 FAST_CLIENTS, SOAK_CLIENTS = 30, 200
 FAST_ROLLOUTS, SOAK_ROLLOUTS = 20, 100
+FAST_CRAFTER_ROLLOUTS = 6  # a crafter rollout builds a world and renders frames: seconds of CPU each
 
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
     data_dir = tmp_path_factory.mktemp("load-backend") / "home"
+    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def inference_backend(tmp_path_factory: pytest.TempPathFactory):
+    """A backend that can answer inference with the tiny local Qwen3 (built once per session)."""
+    data_dir = tmp_path_factory.mktemp("load-inference-backend") / "home"
     data_dir.mkdir()
     link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
     process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
@@ -41,18 +51,16 @@ def _write(name: str, figures: dict, tmp_path: Path) -> None:
     print(json.dumps(figures))
 
 
-def backend_load(backend: BackendProcess, workdir: Path, clients: int, rounds: int) -> dict:
+def backend_load(backend: BackendProcess, workdir: Path, clients: int, rounds: int, *, inference: bool) -> dict:
     log, made = run_backend_load(api_base=f"{backend.url}/api", key=backend.key, workdir=workdir, clients=clients,
-                                 rounds=rounds)
-    figures = {"clients": clients, "rounds": rounds, **made, **log.figures()}
+                                 rounds=rounds, inference=inference)
+    figures = {"clients": clients, "rounds": rounds, "inference": inference, **made, **log.figures()}
     with backend.client() as client:
         figures["healthy_after"] = httpx.get(f"{backend.url}/health", timeout=10).status_code == 200 and \
             client.get("/learning/jobs", params={"limit": 1}).status_code == 200
         names = [f["filename"] for f in client.get("/files", params={"limit": 1000}).json()["data"]]
-    prefix = workdir.name
     figures["files_on_backend"] = sum(1 for n in names if n.startswith("load-") and n.endswith(".jsonl"))
     figures["backend_log_locked"] = backend.log().lower().count("database is locked")
-    del prefix
     return figures
 
 
@@ -63,19 +71,21 @@ def _assert_backend(figures: dict) -> None:
     assert figures["database_locked"] == 0, figures
     assert figures["healthy_after"], figures
     expected = figures["clients"] * figures["rounds"]
-    assert figures["files"] == figures["jobs"] == expected, figures
+    assert figures["files"] == figures["jobs"] == figures["files_on_backend"] == expected, figures
 
 
 def test_backend_serves_concurrent_clients_without_errors(backend, tmp_path):
-    figures = backend_load(backend, tmp_path, FAST_CLIENTS, rounds=1)
+    # Without inference here: its first request loads torch and the model in the backend (~20 s on CI).
+    figures = backend_load(backend, tmp_path, FAST_CLIENTS, rounds=1, inference=False)
     print(json.dumps(figures))
     _assert_backend(figures)
 
 
-def taskapp_load(count: int) -> dict:
+def taskapp_load(count: int, crafter_count: int | None = None) -> dict:
     log = LoadLog()
     with scripted_model(scripted_policy) as (model_url, _model):
-        apps = [run_taskapp_load(app, model_url, count, log) for app in APPS]
+        apps = [run_taskapp_load(app, model_url, crafter_count if "crafter" in app and crafter_count else count, log)
+                for app in APPS]
     return {"apps": apps, **log.figures()}
 
 
@@ -86,15 +96,15 @@ def _assert_taskapps(figures: dict) -> None:
 
 
 def test_task_apps_serve_concurrent_rollouts(tmp_path):
-    figures = taskapp_load(FAST_ROLLOUTS)
+    figures = taskapp_load(FAST_ROLLOUTS, FAST_CRAFTER_ROLLOUTS)
     print(json.dumps(figures))
     _assert_taskapps(figures)
 
 
 @pytest.mark.soak
-def test_soak_backend_under_200_clients(backend, tmp_path):
-    figures = backend_load(backend, tmp_path, int(os.environ.get("SYNTH_RELIABILITY_CLIENTS", SOAK_CLIENTS)),
-                           rounds=1)
+def test_soak_backend_under_200_clients(inference_backend, tmp_path):
+    figures = backend_load(inference_backend, tmp_path,
+                           int(os.environ.get("SYNTH_RELIABILITY_CLIENTS", SOAK_CLIENTS)), rounds=1, inference=True)
     _write("load_backend.json", figures, tmp_path)
     _assert_backend(figures)
 
