@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import httpx
@@ -49,6 +50,16 @@ def _write(name: str, figures: dict, tmp_path: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / name).write_text(json.dumps(figures, indent=1))
     print(json.dumps(figures))
+
+
+def warm_inference(backend: BackendProcess) -> float:
+    """One request first, timed: the first loads torch and the model in the backend, and is reported apart."""
+    started = time.monotonic()
+    with backend.client(timeout=300) as client:
+        client.post("/inference/v1/chat/completions", json={
+            "model": TINY_TEXT, "max_tokens": 2, "messages": [{"role": "user", "content": "warm up"}]},
+        ).raise_for_status()
+    return round(time.monotonic() - started, 1)
 
 
 def backend_load(backend: BackendProcess, workdir: Path, clients: int, rounds: int, *, inference: bool) -> dict:
@@ -103,8 +114,10 @@ def test_task_apps_serve_concurrent_rollouts(tmp_path):
 
 @pytest.mark.soak
 def test_soak_backend_under_200_clients(inference_backend, tmp_path):
+    cold_start_s = warm_inference(inference_backend)
     figures = backend_load(inference_backend, tmp_path,
                            int(os.environ.get("SYNTH_RELIABILITY_CLIENTS", SOAK_CLIENTS)), rounds=1, inference=True)
+    figures["inference_cold_start_s"] = cold_start_s
     _write("load_backend.json", figures, tmp_path)
     _assert_backend(figures)
 
