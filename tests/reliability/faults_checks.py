@@ -8,8 +8,8 @@ from collections import defaultdict
 from typing import Any
 
 import httpx
-from faults_flows import Outcome
-from faults_proxy import Attempt
+from reliability.faults_flows import Outcome
+from reliability.faults_proxy import Attempt
 
 from synth_ai.client.transport import RETRYABLE_STATUS, SAFE_METHODS, RetryPolicy
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faults_proxy import FlowTag
+from reliability.faults_proxy import FlowTag
 
 from backend_support import TINY_TEXT
 

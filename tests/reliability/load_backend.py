@@ -8,8 +8,8 @@ import threading
 import time
 from pathlib import Path
 
-from faults_flows import dataset_for, sft_body
-from load_stats import LoadLog, RecordingTransport
+from reliability.faults_flows import dataset_for, sft_body
+from reliability.load_stats import LoadLog, RecordingTransport
 
 from backend_support import TINY_TEXT
 

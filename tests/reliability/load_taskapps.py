@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
-from load_stats import Exchange, LoadLog
+from reliability.load_stats import Exchange, LoadLog
 from taskapp_support import (
     ENV_KEY,
     completion,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from load_backend import run_backend_load
-from load_stats import LoadLog
-from load_taskapps import APPS, run_taskapp_load, scripted_policy
+from reliability.load_backend import run_backend_load
+from reliability.load_stats import LoadLog
+from reliability.load_taskapps import APPS, run_taskapp_load, scripted_policy
 from taskapp_support import scripted_model
 
 from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny

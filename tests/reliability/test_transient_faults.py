@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from faults_checks import backend_records, duplicate_violations, key_violations, retry_violations
-from faults_flows import run_flow
-from faults_proxy import FaultProxy, FaultRule
+from reliability.faults_checks import backend_records, duplicate_violations, key_violations, retry_violations
+from reliability.faults_flows import run_flow
+from reliability.faults_proxy import FaultProxy, FaultRule
 
 from backend_support import BackendProcess
 from conftest import REPO_ROOT
@@ -125,7 +125,7 @@ def test_soak_flows_end_right_under_a_20_percent_fault_rate(backend, tmp_path, m
 
 def test_following_outlasts_a_run_of_429s_longer_than_the_transport_retries(backend, tmp_path):
     """Five 429s in a row exhaust one poll's retries; the follow polls again instead of giving up."""
-    from faults_flows import dataset_for, open_flow_api, sft_body
+    from reliability.faults_flows import dataset_for, open_flow_api, sft_body
 
     from backend_support import upload
     from synth_ai.client.follow import follow_job
