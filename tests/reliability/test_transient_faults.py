@@ -168,3 +168,22 @@ def test_a_task_apps_policy_call_survives_dropped_connections():
                         asyncio.run(chat_completion(f"{proxy.url}/v1", payload, record=False))
                     assert failed.value.code == "inference_unreachable"
                 assert len(proxy.log()) == BROKEN_RETRIES + 1  # the first try and its retries, no more
+
+
+def test_the_checks_catch_each_broken_rule():
+    """The harness's checks, fed attempt logs that break one rule each (so a silent check cannot pass the soak)."""
+    from reliability.faults_proxy import Attempt
+
+    def attempt(**changes) -> Attempt:
+        base = dict(flow="f", method="POST", target="/api/files", key="k1", fault=None, upstream=201, delivered=201)
+        return Attempt(**{**base, **changes})
+
+    busy = [attempt(fault="status:503", upstream=None, delivered=503), attempt()]
+    assert retry_violations(busy, [0.4]) == []
+    assert "outside" in retry_violations(busy, [0.6])[0]
+    assert "did not wait" in retry_violations(busy, [])[0]
+    told = [attempt(fault="status:429", upstream=None, delivered=429, retry_after=2.0), attempt()]
+    assert "asked for 2.0 s" in retry_violations(told, [0.4])[0]
+    assert "retried after a 400" in retry_violations([attempt(delivered=400), attempt(delivered=400)], [])[0]
+    assert "cannot be retried" in retry_violations([attempt(key=None, fault="drop", delivered=None)], [])[0]
+    assert key_violations([attempt(body_tag="a"), attempt(key="k2", body_tag="a")])
