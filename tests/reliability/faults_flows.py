@@ -6,6 +6,7 @@ Kinds of flow, each with the end it must reach:
     train     `synth-ai train`'s own code path (validate, upload, create, start) → cancel → follow: `cancelled`
     create    upload → create (not started, so no worker process) → cancel → follow: `cancelled`
     reject    upload → a create the backend refuses (learning_rate 0) → `rejected` (400, no job)
+    succeed   `synth-ai train`'s code path on the tiny local Qwen3, followed to the end: `succeeded`, with a model
 
 A flow that ends in a transient error (the transport gave up after its retries) is run again, as a user runs the
 same command again after the error's hint: the idempotency keys it stored make the re-run find the same file and
@@ -69,7 +70,7 @@ def open_flow_api(api_base: str, key: str, flow: str, sleeps: list[float]) -> Sy
 
 
 def run_flow(kind: str, flow: str, *, api_base: str, key: str, workdir: Path, config: Path) -> Outcome:
-    expected = {"train": "cancelled", "create": "cancelled", "reject": "rejected"}[kind]
+    expected = {"train": "cancelled", "create": "cancelled", "reject": "rejected", "succeed": "succeeded"}[kind]
     outcome = Outcome(flow, kind, expected)
     dataset = dataset_for(workdir, flow)
     store = IdempotencyStore(workdir / f"{flow}.keys.json")
@@ -78,8 +79,8 @@ def run_flow(kind: str, flow: str, *, api_base: str, key: str, workdir: Path, co
         for _ in range(MAX_RUNS):
             outcome.runs += 1
             try:
-                if kind == "train":
-                    _train_then_cancel(api, store, dataset, config, outcome)
+                if kind in ("train", "succeed"):
+                    _train(api, store, dataset, config, outcome, cancel=kind == "train")
                 elif kind == "create":
                     _create_then_cancel(api, store, dataset, outcome)
                 else:
@@ -97,12 +98,15 @@ def run_flow(kind: str, flow: str, *, api_base: str, key: str, workdir: Path, co
     return outcome
 
 
-def _follow_to_end(api: SynthAPI, job_id: str, outcome: Outcome) -> None:
-    result = follow_job(api.sft, job_id, interval=0.2, timeout=120.0)
+def _follow_to_end(api: SynthAPI, job_id: str, outcome: Outcome, timeout: float = 120.0) -> None:
+    result = follow_job(api.sft, job_id, interval=0.2, timeout=timeout)
     outcome.status = result.status
+    if result.succeeded and not result.fine_tuned_model:
+        outcome.status = "succeeded without a model"
 
 
-def _train_then_cancel(api: SynthAPI, store: IdempotencyStore, dataset: Path, config: Path, outcome: Outcome) -> None:
+def _train(api: SynthAPI, store: IdempotencyStore, dataset: Path, config: Path, outcome: Outcome, *,
+           cancel: bool) -> None:
     from synth_ai.train.prepare import TrainOptions, prepare_training
     from synth_ai.train.submit import Hooks, submit
 
@@ -111,8 +115,9 @@ def _train_then_cancel(api: SynthAPI, store: IdempotencyStore, dataset: Path, co
     submitted = submit(prepared, api, idempotency=None, examples=None, hooks=Hooks(), store=store,
                        sleep=lambda s: time.sleep(min(s, 0.1)))
     outcome.job_id, outcome.file_id = submitted.job_id, submitted.files[0]["id"]
-    api.sft.cancel(submitted.job_id)
-    _follow_to_end(api, submitted.job_id, outcome)
+    if cancel:
+        api.sft.cancel(submitted.job_id)
+    _follow_to_end(api, submitted.job_id, outcome, timeout=120.0 if cancel else 900.0)
 
 
 def _upload(api: SynthAPI, store: IdempotencyStore, dataset: Path, outcome: Outcome) -> str:

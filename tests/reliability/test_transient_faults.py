@@ -20,13 +20,14 @@ from reliability.faults_checks import backend_records, duplicate_violations, key
 from reliability.faults_flows import run_flow
 from reliability.faults_proxy import FaultProxy, FaultRule
 
-from backend_support import BackendProcess
+from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
 from conftest import REPO_ROOT
 
 CONFIG = REPO_ROOT / "examples" / "configs" / "sft_tiny_local.toml"
 FAULT_RATE = 0.2
 FAST_FLOWS = 120
 SOAK_FLOWS = 1200
+SOAK_TRAININGS = 4
 WORKERS = 6  # flows in flight at once
 # One flow in ten goes through `synth-ai train`'s submit code (which also starts the job, so a worker process is
 # started and then cancelled: the expensive part); one in ten is a create the backend refuses.
@@ -49,12 +50,24 @@ def backend(tmp_path_factory: pytest.TempPathFactory):
     process.stop()
 
 
-def run_flows(backend: BackendProcess, workdir: Path, count: int, seed: int, monkeypatch) -> dict:
+@pytest.fixture(scope="module")
+def training_backend(tmp_path_factory: pytest.TempPathFactory):
+    """A backend that can train the tiny local Qwen3 (built once per session)."""
+    data_dir = tmp_path_factory.mktemp("faults-training-backend") / "home"
+    data_dir.mkdir()
+    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
+    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
+    yield process
+    process.stop()
+
+
+def run_flows(backend: BackendProcess, workdir: Path, count: int, seed: int, monkeypatch,
+              mix: tuple[str, ...] = MIX, workers: int = WORKERS) -> dict:
     monkeypatch.setenv("SYNTH_API_KEY", backend.key)
     started = time.monotonic()
     with FaultProxy(backend.url, RULES, seed=seed) as proxy:
-        with ThreadPoolExecutor(WORKERS) as pool:
-            futures = [pool.submit(run_flow, MIX[i % len(MIX)], f"s{seed}-flow-{i:05d}", api_base=f"{proxy.url}/api",
+        with ThreadPoolExecutor(workers) as pool:
+            futures = [pool.submit(run_flow, mix[i % len(mix)], f"s{seed}-flow-{i:05d}", api_base=f"{proxy.url}/api",
                                    key=backend.key, workdir=workdir, config=CONFIG) for i in range(count)]
             outcomes = [f.result() for f in futures]
         attempts = proxy.log()
@@ -85,7 +98,7 @@ def run_flows(backend: BackendProcess, workdir: Path, count: int, seed: int, mon
                                      and 400 <= a.delivered < 500),
         "retry_waits": sum(len(o.sleeps) for o in mine), "wall_s": round(time.monotonic() - started, 1),
         "rerun_causes": [e for o in mine for e in o.transient],
-        "kinds": {k: sum(o.kind == k for o in mine) for k in set(MIX)}, "problems": problems,
+        "kinds": {k: sum(o.kind == k for o in mine) for k in set(mix)}, "problems": problems,
     }
 
 
@@ -121,6 +134,19 @@ def test_soak_flows_end_right_under_a_20_percent_fault_rate(backend, tmp_path, m
     out.mkdir(parents=True, exist_ok=True)
     (out / "transient_faults.json").write_text(json.dumps(figures, indent=1))
     _assert_figures(figures)
+
+
+@pytest.mark.soak
+def test_soak_real_training_succeeds_under_a_20_percent_fault_rate(training_backend, tmp_path, monkeypatch):
+    """`train`'s code path, followed to a trained model, with the same faults (one job at a time: real training)."""
+    count = int(os.environ.get("SYNTH_RELIABILITY_TRAININGS", SOAK_TRAININGS))
+    figures = run_flows(training_backend, tmp_path, count, seed=3, monkeypatch=monkeypatch, mix=("succeed",),
+                        workers=1)
+    out = Path(os.environ.get("SYNTH_RELIABILITY_OUT", tmp_path))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "transient_faults_training.json").write_text(json.dumps(figures, indent=1))
+    _assert_figures(figures)
+    assert figures["correct"] == count, figures["problems"]["wrong_end"]
 
 
 def test_following_outlasts_a_run_of_429s_longer_than_the_transport_retries(backend, tmp_path):
