@@ -73,14 +73,13 @@ def run_flows(backend: BackendProcess, workdir: Path, count: int, seed: int, mon
         attempts = proxy.log()
     with backend.client() as client:
         files, jobs = backend_records(client)
-    mine = [o for o in outcomes]
-    flows = {o.flow for o in mine}
+    flows = {o.flow for o in outcomes}
     files = [f for f in files if f["filename"].removesuffix(".jsonl") in flows]
     problems = {
-        "wrong_end": [f"{o.flow} ({o.kind}): {o.status}, expected {o.expected}: {o.error}" for o in mine if not o.ok],
+        "wrong_end": [f"{o.flow} ({o.kind}): {o.status}, expected {o.expected}: {o.error}" for o in outcomes if not o.ok],
         "keys": key_violations(attempts),
-        "retries": [p for o in mine for p in retry_violations([a for a in attempts if a.flow == o.flow], o.sleeps)],
-        "duplicates": duplicate_violations(mine, files, jobs),
+        "retries": [p for o in outcomes for p in retry_violations([a for a in attempts if a.flow == o.flow], o.sleeps)],
+        "duplicates": duplicate_violations(outcomes, files, jobs),
     }
     faults: dict[str, int] = {}
     by_route: dict[str, dict[str, int]] = {}
@@ -90,15 +89,15 @@ def run_flows(backend: BackendProcess, workdir: Path, count: int, seed: int, mon
             route = by_route.setdefault(route_class(a.method, a.target), {})
             route[a.fault] = route.get(a.fault, 0) + 1
     return {
-        "flows": count, "correct": sum(o.ok for o in mine), "reruns": sum(o.runs - 1 for o in mine),
-        "flows_rerun": sum(o.runs > 1 for o in mine), "requests": len(attempts),
+        "flows": count, "correct": sum(o.ok for o in outcomes), "reruns": sum(o.runs - 1 for o in outcomes),
+        "flows_rerun": sum(o.runs > 1 for o in outcomes), "requests": len(attempts),
         "faults_injected": sum(v for k, v in faults.items() if k != "none"), "faults": faults,
         "faults_by_route": by_route,
         "genuine_4xx_delivered": sum(1 for a in attempts if a.fault is None and a.delivered is not None
                                      and 400 <= a.delivered < 500),
-        "retry_waits": sum(len(o.sleeps) for o in mine), "wall_s": round(time.monotonic() - started, 1),
-        "rerun_causes": [e for o in mine for e in o.transient],
-        "kinds": {k: sum(o.kind == k for o in mine) for k in set(mix)}, "problems": problems,
+        "retry_waits": sum(len(o.sleeps) for o in outcomes), "wall_s": round(time.monotonic() - started, 1),
+        "rerun_causes": [e for o in outcomes for e in o.transient],
+        "kinds": {k: sum(o.kind == k for o in outcomes) for k in set(mix)}, "problems": problems,
     }
 
 
