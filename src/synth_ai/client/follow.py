@@ -19,7 +19,10 @@ from enum import Enum
 from typing import Any
 
 from synth_ai.client.resources import Jobs
-from synth_ai.errors import DeadlineError, NetworkError, ServerError, SynthError
+from synth_ai.errors import DeadlineError, NetworkError, RateLimitError, ServerError, SynthError
+
+# What a poll may fail with and still be tried again at the next interval (a run of them ends the follow).
+TRANSIENT_ERRORS = (NetworkError, ServerError, DeadlineError, RateLimitError)
 
 
 class JobStatus(str, Enum):
@@ -188,7 +191,7 @@ def follow_job(
                     seen_timeline.add(key)
                     on_update(Update("timeline", entry))
             failures = 0
-        except (NetworkError, ServerError, DeadlineError) as exc:
+        except TRANSIENT_ERRORS as exc:
             if isinstance(exc, DeadlineError) and isinstance(exc.details, dict) and exc.details.get("deadline"):
                 # the command's own deadline passed inside a call (a backend that stopped answering): stop now
                 raise DeadlineError(f"{exc.message} (while following job {job_id})",
@@ -222,7 +225,7 @@ def confirm_end(jobs: Jobs, job_id: str, job: dict[str, Any], terminal: JobStatu
     """Confirm the end over REST: the status payload is the source of truth for fine_tuned_model."""
     try:
         job = jobs.get(job_id)
-    except (NetworkError, ServerError, DeadlineError):
+    except TRANSIENT_ERRORS:
         pass
     final = JobStatus.parse(job.get("status") or job.get("state"))
     status = (final if final is not None and final.terminal else terminal or JobStatus.FAILED).value

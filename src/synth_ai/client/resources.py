@@ -90,7 +90,8 @@ class Jobs:
         return list(doc.get("events", [])) if isinstance(doc, dict) else []
 
     def cancel(self, job_id: str) -> Any:
-        return self.t.post_json(f"{self.prefix}/{job_id}/cancel", {})
+        # Cancelling twice answers the cancelled job, so a cancel whose answer was lost is simply sent again.
+        return self.t.post_json(f"{self.prefix}/{job_id}/cancel", {}, repeatable=True)
 
     def list(self, *, status: str | None = None, type_: str | None = None, limit: int = 50) -> Any:
         params: dict[str, Any] = {"limit": limit}

@@ -6,8 +6,9 @@ timeouts, retries with jittered exponential backoff honouring `Retry-After` / `r
 failures to `synth_ai.errors` types.
 
 What is retried: connection failures (the request never left), 408, 429 and 5xx. Read timeouts and dropped
-connections after the request was sent are retried only when repeating is safe: GET, or a request carrying an
-idempotency key; a server that accepted the connection and then said nothing until the read timeout gets one more
+connections after the request was sent are retried only when repeating is safe: GET, a request carrying an
+idempotency key, or one its resource marks `repeatable` (a cancel: a second one answers the cancelled
+job); a server that accepted the connection and then said nothing until the read timeout gets one more
 try, not four. 400, 401, 403, 404, 409, 413 and 422 are never retried.
 
 Deadlines: every phase of every call has a finite timeout (connect 5 s, read/write 60 s, pool 5 s). A command with
@@ -148,16 +149,18 @@ class Transport:
         idempotency_key: str | None = None,
         body_factory: Callable[[], tuple[Iterable[bytes], dict[str, str]]] | None = None,
         timeout: httpx.Timeout | None = None,
+        repeatable: bool = False,
     ) -> httpx.Response:
         """Send with retries; return the successful response or raise a typed error.
 
-        `body_factory` makes a fresh streaming body (and its headers) for each attempt, for uploads.
+        `body_factory` makes a fresh streaming body (and its headers) for each attempt, for uploads. `repeatable`:
+        sending it twice does no harm, so a connection lost after sending is retried even without a key.
         """
         method = method.upper()
         headers: dict[str, str] = {}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        can_repeat_after_send = method in SAFE_METHODS or idempotency_key is not None
+        can_repeat_after_send = method in SAFE_METHODS or idempotency_key is not None or repeatable
         attempt = timeouts = 0
         while True:
             content = None
@@ -218,8 +221,9 @@ class Transport:
     def get_json(self, path: str, *, params: Mapping[str, Any] | None = None) -> Any:
         return decode_json(self.request("GET", path, params=params), self.url(path))
 
-    def post_json(self, path: str, body: Any, *, idempotency_key: str | None = None) -> Any:
-        return decode_json(self.request("POST", path, json=body, idempotency_key=idempotency_key), self.url(path))
+    def post_json(self, path: str, body: Any, *, idempotency_key: str | None = None, repeatable: bool = False) -> Any:
+        return decode_json(self.request("POST", path, json=body, idempotency_key=idempotency_key,
+                                        repeatable=repeatable), self.url(path))
 
     def stream_lines(self, path: str, *, params: Mapping[str, Any] | None = None,
                      headers: Mapping[str, str] | None = None, read_timeout: float = 60.0,

@@ -5,7 +5,9 @@
 - `chat_completion` posts one request with finite timeouts and returns the parsed completion, or raises
   `InferenceError` (HTTP 502/504 from `/rollout`) that says which URL failed and how. When a rollout is being
   traced, the call and its new messages are recorded in the current session. A 429 (a busy model server's full
-  queue) is retried after its `Retry-After`, up to `BUSY_RETRIES` times.
+  queue) is retried after its `Retry-After`, up to `BUSY_RETRIES` times; a connection that breaks before an answer
+  (a pooled keep-alive connection the server closed just as it was reused, a reset) is retried `BROKEN_RETRIES`
+  times: a chat completion has no side effect, so sending it again is safe.
 - `tool_calls_of` reads a completion's tool calls (OpenAI `tool_calls`, or Qwen-style `<tool_call>` blocks in the
   text when the server does not parse them), arguments decoded.
 """
@@ -30,6 +32,7 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _ERROR_BODY_CHARS = 400
 BUSY_RETRIES = 5  # 429 answers (a full batching queue) retried after their Retry-After
 MAX_RETRY_AFTER_S = 10.0
+BROKEN_RETRIES = 2
 
 
 def normalize_inference_url(url: str) -> str:
@@ -121,13 +124,22 @@ async def chat_completion(
     shown = _shown_url(url)
     started = time.perf_counter()
     try:
-        for attempt in range(BUSY_RETRIES + 1):
-            response = await http.post(
-                url, json=payload, headers=send_headers,
-                timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
-            )
-            if response.status_code != 429 or attempt == BUSY_RETRIES:
+        busy = broken = 0
+        while True:
+            try:
+                response = await http.post(
+                    url, json=payload, headers=send_headers,
+                    timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
+                )
+            except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+                if broken == BROKEN_RETRIES:
+                    raise
+                broken += 1
+                await asyncio.sleep(0.1 * broken)
+                continue
+            if response.status_code != 429 or busy == BUSY_RETRIES:
                 break
+            busy += 1
             # a busy server (its batching queue is full) says when to come back
             await asyncio.sleep(_retry_after(response.headers.get("retry-after")))
     except httpx.TimeoutException as exc:
