@@ -117,6 +117,17 @@ def deadline_error(jobs: Jobs, job_id: str, status: str | None, timeout: float) 
                          details={"job_id": job_id, "status": status})
 
 
+def command_deadline_passed(exc: SynthError) -> bool:
+    """The command's own deadline passed inside a call (a backend that stopped answering): stop, don't retry."""
+    return isinstance(exc, DeadlineError) and isinstance(exc.details, dict) and bool(exc.details.get("deadline"))
+
+
+def hung_call_error(jobs: Jobs, job_id: str, exc: SynthError) -> DeadlineError:
+    return DeadlineError(f"{exc.message} (while following job {job_id})",
+                         hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
+                         details={**exc.details, "job_id": job_id})
+
+
 def lost_contact_error(jobs: Jobs, job_id: str, failures: int, last: SynthError) -> NetworkError:
     return NetworkError(f"Lost contact with the backend while following job {job_id} ({failures} failures in a row; "
                         f"last: {last.message})", hint=f"The job keeps running. Resume with: "
@@ -192,11 +203,8 @@ def follow_job(
                     on_update(Update("timeline", entry))
             failures = 0
         except TRANSIENT_ERRORS as exc:
-            if isinstance(exc, DeadlineError) and isinstance(exc.details, dict) and exc.details.get("deadline"):
-                # the command's own deadline passed inside a call (a backend that stopped answering): stop now
-                raise DeadlineError(f"{exc.message} (while following job {job_id})",
-                                    hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
-                                    details={**exc.details, "job_id": job_id}) from None
+            if command_deadline_passed(exc):
+                raise hung_call_error(jobs, job_id, exc) from None
             failures += 1
             if failures >= max_consecutive_errors:
                 raise lost_contact_error(jobs, job_id, failures, exc) from None

@@ -20,8 +20,10 @@ from synth_ai.client.follow import (
     FollowResult,
     JobStatus,
     Update,
+    command_deadline_passed,
     confirm_end,
     deadline_error,
+    hung_call_error,
     lost_contact_error,
 )
 from synth_ai.client.resources import Jobs
@@ -114,6 +116,8 @@ def stream_job(
                         raise deadline_error(jobs, job_id, last_status, timeout)
             raise NetworkError(f"The event stream of job {job_id} closed before the job ended.")
         except (NetworkError, ServerError, DeadlineError) as exc:
+            if command_deadline_passed(exc):
+                raise hung_call_error(jobs, job_id, exc) from None
             if clock() >= deadline:
                 raise deadline_error(jobs, job_id, last_status, timeout) from None
             failures += 1

@@ -231,8 +231,9 @@ class Transport:
         """GET a long-lived text stream (server-sent events) and yield its lines. Not retried here: the caller
         reconnects from its own cursor. A reply of another content type is a 415 UnavailableError, like a missing
         route is a NotFoundError."""
-        timeout = httpx.Timeout(connect=DEFAULT_TIMEOUT.connect, read=read_timeout, write=DEFAULT_TIMEOUT.write,
-                                pool=DEFAULT_TIMEOUT.pool)
+        timeout = self._attempt_timeout(httpx.Timeout(connect=DEFAULT_TIMEOUT.connect, read=read_timeout,
+                                                      write=DEFAULT_TIMEOUT.write, pool=DEFAULT_TIMEOUT.pool),
+                                        "GET", path)
         try:
             with self._http.stream("GET", path, params=params, headers={"Accept": content_type, **(headers or {})},
                                    timeout=timeout) as response:
@@ -246,8 +247,11 @@ class Transport:
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise NetworkError(f"Cannot reach the backend at {self.api_base} ({type(exc).__name__}).") from None
         except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
-            raise DeadlineError(f"GET {self.url(path)}: nothing received for {read_timeout:g} s "
-                                f"({type(exc).__name__}).") from None
+            what = f"got no answer ({type(exc).__name__} after {_phase_limit(exc, timeout):.1f} s)"
+            left = self.time_left()
+            if left is not None and left <= 0.05:
+                raise self._deadline_error("GET", path, what) from None
+            raise DeadlineError(f"GET {self.url(path)} {what}.") from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise NetworkError(f"The stream from {self.api_base} broke ({type(exc).__name__}).") from None
 
