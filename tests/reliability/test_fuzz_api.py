@@ -48,13 +48,13 @@ def _files_under(root: Path, skip: Path) -> set[Path]:
     return {p for p in root.rglob("*") if p.is_file() and skip not in p.parents and ".hypothesis" not in p.parts}
 
 
-def _escaped(roots: list[Path]) -> list[Path]:
-    """Files carrying the canary anywhere near the servers (their folders, the repo, /tmp's top level)."""
-    found = []
-    for root in roots:
-        if root.is_dir():
-            found += [p for p in root.glob(f"**/*{CANARY}*")] if root != Path("/tmp") else \
-                [p for p in root.glob(f"*{CANARY}*")]
+def _escaped(server_root: Path) -> list[Path]:
+    """Files carrying the canary near the server: anywhere under its folder and the test session's temp folder,
+    and at the top of /tmp and of the checkout (where `../..` from a data dir or an absolute `/tmp/...` lands)."""
+    pattern = f"*{CANARY}*"
+    found = list(server_root.glob(f"**/{pattern}")) + list(server_root.parent.glob(f"**/{pattern}"))
+    for top in (Path("/tmp"), Path(__file__).resolve().parents[2]):
+        found += list(top.glob(pattern))
     return found
 
 
@@ -188,7 +188,7 @@ def _backend_run(backend: tuple[BackendProcess, Path], budget: dict[str, Any]) -
     assert httpx.get(f"{proc.url}/health", timeout=10).status_code == 200  # still serving
     new = _files_under(root, proc.data_dir) - before
     assert not [p for p in new if p.name != proc.log_path.name], new
-    assert not _escaped([root, root.parent, Path("/tmp"), Path(__file__).resolve().parents[2]])
+    assert not _escaped(root)
     print(f"backend: {sent} requests")
 
 
@@ -234,7 +234,7 @@ def _task_app_run(app_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
         assert httpx.get(f"{url}/health", headers=headers, timeout=10).status_code == 200
     new = _files_under(tmp_path, root / "traces") - before
     assert not new, new
-    assert not _escaped([tmp_path, tmp_path.parent, Path("/tmp"), Path(__file__).resolve().parents[2]])
+    assert not _escaped(tmp_path)
     print(f"{app_id}: {sent} requests")
 
 

@@ -152,4 +152,5 @@ def _run(isolated_home: Path, sessions: list[dict[str, Any]], rules: dict[str, A
 
 SESSIONS = st.lists(SESSION, max_size=6, unique_by=lambda s: str(s["id"]))
 test_filter_never_crashes_and_writes_valid_sft = CI(given(sessions=SESSIONS, rules=RULES)(_run))
-test_filter_never_crashes_and_writes_valid_sft_soak = pytest.mark.soak(SOAK(given(sessions=SESSIONS, rules=RULES)(_run)))
+test_filter_never_crashes_and_writes_valid_sft_soak = pytest.mark.soak(
+    SOAK(given(sessions=SESSIONS, rules=RULES)(_run)))
