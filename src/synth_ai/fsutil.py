@@ -31,5 +31,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int = 0o
 
 
 def write_secret_file(path: str | os.PathLike[str], text: str) -> Path:
-    """Credentials: created 0600 (never briefly world-readable, since the temp file is 0600 from the start)."""
+    """Credentials: created 0600 (never briefly world-readable, since the temp file is 0600 from the start), in
+    a folder that, when this creates it, is 0700 from the start too."""
+    Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return atomic_write_text(path, text, mode=0o600)

@@ -65,7 +65,6 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_secret_file(path, json.dumps(doc, indent=2) + "\n")
 
 

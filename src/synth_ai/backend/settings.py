@@ -146,7 +146,9 @@ class BackendSettings:
         return f"http://{host}:{self.port}"
 
     def ensure_dirs(self) -> None:
-        for path in (self.data_dir, self.root, self.blobs_dir, self.tmp_dir, self.jobs_dir):
+        for path in (self.data_dir, self.root):  # they hold keys and the DB: 0700 from the start, not after
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for path in (self.blobs_dir, self.tmp_dir, self.jobs_dir):
             path.mkdir(parents=True, exist_ok=True)
         for path in (self.data_dir, self.root):
             try:

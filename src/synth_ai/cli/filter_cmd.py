@@ -42,6 +42,8 @@ def register(app: typer.Typer) -> None:
             o.info(drop_summary(report))
             o.info(f"Kept {report.sessions_kept} sessions ({report.examples_matched} examples"
                    + (f", {report.examples_skipped} skipped by offset" if report.examples_skipped else "")
+                   + (f", {report.examples_invalid} left out as invalid SFT records" if report.examples_invalid
+                      else "")
                    + (", stopped at the limit" if report.stopped_at_limit else "") + ")")
             o.info(f"Wrote {report.examples_written} examples -> {report.output}")
 

@@ -181,6 +181,8 @@ def load_toml(path: str | Path) -> TomlSource:
         line = getattr(exc, "lineno", None) or (int(match.group(1)) if match else None)
         column = getattr(exc, "colno", None) or (int(match.group(2)) if match else None)
         reason = _POSITION.sub("", getattr(exc, "msg", message)).strip()
+        if line is None and "at end of document" in message:  # tomllib gives no numbers for the end of the text
+            line, column = text.count("\n") + 1, len(text) - text.rfind("\n")
         issue = ConfigIssue(message=f"TOML syntax error: {reason}", file=display_path(file), line=line,
                             column=column, fix=_syntax_fix(text, line))
         raise ConfigError([issue], file=display_path(file),
@@ -215,4 +217,7 @@ def _syntax_fix(text: str, line: int | None) -> str | None:
     lines = text.splitlines()
     if 1 <= line <= len(lines):
         return f"check line {line}: {lines[line - 1].strip()[:100]!r}"
+    last = next((n for n in range(len(lines), 0, -1) if lines[n - 1].strip()), None)
+    if last is not None:  # the file ended inside a key, value or table header
+        return f"the file ends before this is complete; check line {last}: {lines[last - 1].strip()[:100]!r}"
     return None

@@ -12,7 +12,15 @@ Rules and formats: docs/datasets.md. Light imports only (standard library and th
 """
 
 from synth_ai.datasets.images import DEFAULT_MAX_IMAGE_BYTES, ImageCheck, check_image_url, sniff_image_format
-from synth_ai.datasets.records import ROLES, RecordOptions, RecordResult, check_line, trim_images, trim_message_images
+from synth_ai.datasets.records import (
+    ROLES,
+    RecordOptions,
+    RecordResult,
+    check_line,
+    check_record,
+    trim_images,
+    trim_message_images,
+)
 from synth_ai.datasets.report import FIX_HINT, DatasetIssue, DatasetReport, DatasetSummary
 from synth_ai.datasets.validate import (
     DEFAULT_MAX_ERRORS,
@@ -38,6 +46,7 @@ __all__ = [
     "RecordResult",
     "check_image_url",
     "check_line",
+    "check_record",
     "ensure_valid",
     "first_n_records",
     "iter_normalized_records",

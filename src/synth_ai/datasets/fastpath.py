@@ -78,7 +78,9 @@ class _Record(msgspec.Struct, gc=False):
 
 
 _decode = msgspec.json.Decoder(_Record).decode
-_DECODE_ERRORS = (msgspec.MsgspecError, ValueError)  # ValueError: invalid UTF-8
+# ValueError: invalid UTF-8; RecursionError: arrays or objects nested deeper than msgspec decodes (the full rules
+# report that line instead of the scan crashing).
+_DECODE_ERRORS = (msgspec.MsgspecError, ValueError, RecursionError)
 # Tool-call arguments given as a JSON string must hold an object. msgspec accepts less than `json.loads` (no NaN,
 # no lone surrogates), which is fine here: what it refuses goes to the full rules.
 _decode_arguments = msgspec.json.Decoder(dict).decode

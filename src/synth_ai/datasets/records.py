@@ -68,6 +68,11 @@ def check_line(raw: bytes | memoryview, options: RecordOptions) -> RecordResult:
         return RecordResult(errors=[f"not valid UTF-8 text ({exc.reason} at byte {exc.start})"])
     except RecursionError:
         return RecordResult(errors=["invalid JSON (arrays or objects nested too deeply to decode)"])
+    return check_record(obj, options)
+
+
+def check_record(obj: Any, options: RecordOptions) -> RecordResult:
+    """Apply every rule to one decoded record (what `check_line` does after parsing; `obj` is not changed)."""
     ctx = _Ctx(options)
     record = _check_record(obj, ctx)
     res = ctx.res

@@ -12,8 +12,8 @@ def data_dir(create: bool = True) -> Path:
     path = Path(raw).expanduser() if raw else Path.home() / ".synth-ai"
     if create and not path.is_dir():
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            os.chmod(path, 0o700)
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)  # 0700 from the start, never wider for a moment
+            os.chmod(path, 0o700)  # an odd umask may have taken the owner's bits
         except OSError as exc:
             from synth_ai.errors import InvalidInputError
 

@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from synth_ai.datasets.records import RecordOptions, check_record
 from synth_ai.errors import InvalidInputError, NoMatchError
 from synth_ai.filter.options import FilterOptions
 from synth_ai.filter.records import session_records
 from synth_ai.filter.rules import RULES, Candidate, build_rules, parse_created_at
 from synth_ai.filter.writer import AtomicJsonlWriter
 from synth_ai.tracing.reader import SessionRow, TraceReader
+
+_SFT_RULES = RecordOptions()  # the rules `synth-ai files validate` applies without a model
 
 NO_MATCH_MESSAGE = ("No sessions matched the provided filters. "
                     "Adjust the filter thresholds or choose a different dataset.")
@@ -34,12 +37,13 @@ class FilterReport:
     sessions_kept: int = 0  # passed every rule and gave at least one example
     dropped: dict[str, int] = field(default_factory=dict)  # rule -> sessions it dropped ("no_examples" last)
     examples_matched: int = 0
+    examples_invalid: int = 0  # records the SFT dataset rules refuse (stored content no trainer could read)
     examples_skipped: int = 0  # by `offset`
     examples_written: int = 0
     stopped_at_limit: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "db": str(self.db), "output": str(self.output),
             "sessions": {"total": self.sessions_total, "read": self.sessions_read, "kept": self.sessions_kept,
                          "dropped": dict(self.dropped)},
@@ -47,6 +51,9 @@ class FilterReport:
                          "written": self.examples_written},
             "stopped_at_limit": self.stopped_at_limit,
         }
+        if self.examples_invalid:  # only when it happened, so the usual document keeps 0.2.17's keys
+            doc["examples"]["invalid"] = self.examples_invalid
+        return doc
 
 
 def _metadata(session: SessionRow) -> dict[str, Any]:
@@ -105,6 +112,9 @@ def _select(reader: TraceReader, options: FilterOptions, rules: list, report: Fi
         produced = 0
         for record in session_records(session, metadata, reader.messages(session.session_id),
                                       created.isoformat() if created else None):
+            if check_record(record, _SFT_RULES).errors:  # the output must be a dataset `train` accepts
+                report.examples_invalid += 1
+                continue
             produced += 1
             report.examples_matched += 1
             if to_skip:

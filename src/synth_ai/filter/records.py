@@ -130,16 +130,21 @@ def pairs(rows: Sequence[MessageRow]) -> Iterator[list[dict[str, Any]]]:
         yield [{"role": "user", "content": user}, assistant]
 
 
+def _cell(value: Any) -> Any:
+    """A stored cell as JSON can hold it: SQLite BLOBs (another writer's ids or rewards) become text."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, (bytes, bytearray)) else value
+
+
 def record_metadata(session: SessionRow, metadata: Mapping[str, Any], created_at_iso: str | None) -> dict[str, Any]:
     return {
-        "session_id": session.session_id,
+        "session_id": _cell(session.session_id),
         "env_name": metadata.get("env_name"),
         "policy_name": metadata.get("policy_name"),
         "seed": metadata.get("seed"),
-        "total_reward": session.total_reward,
-        "achievements_count": session.achievements_count,
+        "total_reward": _cell(session.total_reward),
+        "achievements_count": _cell(session.achievements_count),
         "model": metadata.get("model"),
-        "created_at": created_at_iso if created_at_iso is not None else session.created_at,
+        "created_at": created_at_iso if created_at_iso is not None else _cell(session.created_at),
     }
 
 

@@ -65,7 +65,7 @@ def update_config(path: Path, values: Mapping[str, str]) -> FileUpdate:
     merged = {**doc, **values}
     update.mode_after = secure_mode(mode_before, holds_secrets=True)
     if merged != doc or update.created:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the data folder: private from the start
         write_file(path, json.dumps(merged, indent=2, sort_keys=True) + "\n", mode=update.mode_after)
         update.written = True
     elif update.tightened:

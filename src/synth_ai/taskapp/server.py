@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 from collections.abc import Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
@@ -51,6 +54,16 @@ def _dump(value: Any) -> Any:
         return {k: _dump(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_dump(v) for v in value]
+    return value
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
     return value
 
 
@@ -114,6 +127,12 @@ def create_task_app(config: TaskAppConfig, *, tracing: TracingSettings | None = 
     @app.exception_handler(TaskAppError)
     async def _task_app_error(_: Request, exc: TaskAppError) -> JSONResponse:
         return JSONResponse(exc.to_body(), status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own 422 (same shape) echoes the input, and a body holding NaN or 1e999 then failed to
+        # serialise: a 500 for bad input. Non-finite numbers are echoed as text instead.
+        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
     guard = [Depends(_require_key)] if config.require_api_key else []
     add_keyed_docs(app, guard)

@@ -1,0 +1,118 @@
+"""Fuzzing the SFT JSONL validator (`synth_ai.datasets`) with hypothesis.
+
+Properties, over files made of arbitrary bytes, broken JSON and chat records built from a grammar that strays
+(wrong roles, odd content parts, images as good and bad data URLs, paths that try `../`, tool calls, deep nesting):
+- `validate_jsonl` never raises: it returns a report whose every error carries a line inside the file;
+- the msgspec fast path and the full rules agree on every verdict and count;
+- `iter_normalized_records` yields exactly the valid examples, and the normalised records round-trip (written
+  out again, they validate and normalise to themselves);
+- through the CLI (`files validate --json`): one JSON document, exit 0 or 3, no traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from synth_ai.datasets import iter_normalized_records, validate_jsonl
+
+CI = settings(max_examples=150, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SOAK = settings(max_examples=5000, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+MODELS = (None, "synth-ai/tiny-qwen3", "synth-ai/tiny-qwen3-vl")
+
+# A real 1x1 PNG, so some images pass the magic-number and size checks.
+PNG = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63f8ffff3f0005fe02"
+    "fea7d605b40000000049454e44ae426082")).decode()
+
+TEXT = st.one_of(st.text(max_size=12), st.sampled_from(["", " ", "hi", "\x00", "\ud7ff", "../../x"]))
+URLS = st.one_of(TEXT, st.sampled_from([
+    f"data:image/png;base64,{PNG}", "data:image/png;base64,!!", "data:image/jpeg;base64," + PNG,
+    "https://example.invalid/y.png", "file:///etc/passwd", "../../x.png", "/etc/shadow", "data:,",
+    "data:image/png;base64,"]))
+PARTS = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}),
+    st.fixed_dictionaries({"type": st.sampled_from(["image_url", "image"]),
+                           "image_url": st.one_of(URLS, st.fixed_dictionaries({"url": URLS}))}),
+    st.dictionaries(st.sampled_from(["type", "text", "image_url", "image"]),
+                    st.one_of(TEXT, st.none(), st.integers(), st.floats())),
+)
+CONTENT = st.one_of(TEXT, st.none(), st.lists(PARTS, max_size=3), st.integers())
+ARGUMENTS = st.one_of(TEXT, st.sampled_from(['{"a": 1}', "[1]", "{", '{"a": ' + "[" * 2000 + "]" * 2000 + "}"]),
+                      st.dictionaries(TEXT, st.integers(), max_size=2))
+TOOL_CALLS = st.one_of(
+    st.fixed_dictionaries({"id": TEXT, "type": st.just("function"),
+                           "function": st.fixed_dictionaries({"name": TEXT, "arguments": ARGUMENTS})}),
+    st.dictionaries(TEXT, TEXT, max_size=2))
+MESSAGES = st.one_of(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "user", "assistant", "tool", "bot", "", "USER"]), "content": CONTENT},
+        optional={"tool_calls": st.lists(TOOL_CALLS, max_size=2), "name": TEXT, "tool_call_id": TEXT,
+                  "reasoning": st.one_of(TEXT, st.integers())}),
+    st.dictionaries(TEXT, CONTENT, max_size=2), st.integers(), st.none())
+RECORDS = st.one_of(
+    st.fixed_dictionaries(
+        {"messages": st.lists(MESSAGES, max_size=4)},
+        optional={"tools": st.one_of(st.lists(st.dictionaries(TEXT, TEXT, max_size=2), max_size=2), TEXT),
+                  "images": st.lists(URLS, max_size=2), "image": URLS,
+                  "metadata": st.dictionaries(TEXT, TEXT, max_size=2)}),
+    st.lists(st.integers(), max_size=2), TEXT, st.none())
+LINES = st.one_of(
+    RECORDS.map(lambda r: json.dumps(r).encode()),
+    RECORDS.map(lambda r: json.dumps(r, ensure_ascii=False).encode("utf-8", "surrogatepass")),
+    st.binary(max_size=40),
+    st.sampled_from([b"", b"   ", b"\r", b"{", b"[]", b"\xef\xbb\xbf{}", b'{"messages": [' * 3000,
+                     b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", b"NaN", b'{"messages": NaN}']),
+)
+FILES = st.lists(LINES, max_size=6).map(b"\n".join)
+
+
+def _summary(report) -> tuple:
+    s = report.summary
+    return (report.ok, report.error_count, report.warning_count, s.records, s.examples, s.invalid_records,
+            s.messages, s.images, s.images_trimmed, s.tool_calls, s.text_chars)
+
+
+def _check_file(tmp_path: Path, data: bytes, model: str | None) -> None:
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(data)
+    fast = validate_jsonl(path, model=model, fast=True)
+    full = validate_jsonl(path, model=model, fast=False)
+    assert _summary(fast) == _summary(full)
+    assert [i.to_dict() for i in fast.errors] == [i.to_dict() for i in full.errors]
+    for issue in fast.errors + fast.warnings:
+        assert issue.line is None or 1 <= issue.line <= fast.summary.lines, issue
+    records = [r for _, r in iter_normalized_records(path, model=model, on_error="skip")]
+    assert len(records) == fast.summary.examples
+    if records:  # normalised records are themselves valid and already normal
+        again = tmp_path / "again.jsonl"
+        again.write_text("".join(json.dumps(r) + "\n" for r in records))
+        assert validate_jsonl(again, model=model).ok
+        assert [r for _, r in iter_normalized_records(again, model=model)] == records
+
+
+test_validator_never_crashes_and_paths_agree = CI(given(data=FILES, model=st.sampled_from(MODELS))(_check_file))
+test_validator_never_crashes_and_paths_agree_soak = pytest.mark.soak(
+    SOAK(given(data=FILES, model=st.sampled_from(MODELS))(_check_file)))
+
+
+def _cli(tmp_path: Path, data: bytes) -> None:
+    from conftest import run_cli
+
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(data)
+    result = run_cli("files", "validate", str(path), "--json")
+    assert result.exit_code in (0, 3), (result.exit_code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert (result.exit_code == 0) == (doc.get("ok") is True), doc
+
+
+test_cli_validate_answers_in_json = settings(CI, max_examples=30)(given(data=FILES)(_cli))
