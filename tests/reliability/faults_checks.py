@@ -15,6 +15,9 @@ from synth_ai.client.transport import RETRYABLE_STATUS, SAFE_METHODS, RetryPolic
 
 CREATE_ROUTES = re.compile(r"POST /api/(files|learning/jobs|learning/jobs/[^/]+/start)")
 REPEATABLE_ROUTES = re.compile(r"POST /api/learning/jobs/[^/]+/cancel")  # `Jobs.cancel(...)`: repeatable=True
+# The follower reads the event stream and reconnects by its own rule (from its cursor, after a short pause), not
+# through the transport's retries, so its attempts are left out of the retry replay; its end state still counts.
+STREAM_ROUTES = re.compile(r"GET /api/learning/jobs/[^/]+/events/stream")
 
 
 def _route(attempt: Attempt) -> str:
@@ -46,6 +49,7 @@ def retry_violations(attempts: list[Attempt], sleeps: list[float], policy: Retry
     none after a 4xx other than 408/429), that a retry repeats the same request, and that each wait is inside
     its envelope: the server's Retry-After, else exponential backoff with jitter on its upper half."""
     problems: list[str] = []
+    attempts = [a for a in attempts if not STREAM_ROUTES.fullmatch(_route(a))]
     waits = list(sleeps)
     index = 0  # attempt number within the current logical request
     for position, a in enumerate(attempts):

@@ -8,9 +8,11 @@ Kinds of flow, each with the end it must reach:
     reject    upload → a create the backend refuses (learning_rate 0) → `rejected` (400, no job)
     succeed   `synth-ai train`'s code path on the tiny local Qwen3, followed to the end: `succeeded`, with a model
 
-A flow that ends in a transient error (the transport gave up after its retries) is run again, as a user runs the
-same command again after the error's hint: the idempotency keys it stored make the re-run find the same file and
-the same job. Each flow has its own key store, its own dataset (unique content) and a recorder for the
+A flow that ends in a transient error (the transport gave up after its retries) is run again, as a user does after
+the error's hint: before its job exists, the same command again (the idempotency keys it stored make the re-run
+find the same file and the same job); once the job exists, only the cancel and the follow again (`jobs events ID
+--follow`, the hint a follow failure prints; re-running `train` after the job was cancelled would rightly start a
+new job). Each flow has its own key store, its own dataset (unique content) and a recorder for the
 transport's retry sleeps, which are not really slept.
 """
 
@@ -110,14 +112,22 @@ def _train(api: SynthAPI, store: IdempotencyStore, dataset: Path, config: Path, 
     from synth_ai.train.prepare import TrainOptions, prepare_training
     from synth_ai.train.submit import Hooks, submit
 
+    if outcome.job_id is not None:  # an earlier run made the job: resume as the error's hint says
+        _cancel_and_follow(api, outcome, cancel=cancel, timeout=120.0 if cancel else 900.0)
+        return
     prepared = prepare_training(TrainOptions(configs=[str(config)], dataset=str(dataset),
                                              backend=api.transport.api_base), choose=None)
     submitted = submit(prepared, api, idempotency=None, examples=None, hooks=Hooks(), store=store,
                        sleep=lambda s: time.sleep(min(s, 0.1)))
     outcome.job_id, outcome.file_id = submitted.job_id, submitted.files[0]["id"]
+    _cancel_and_follow(api, outcome, cancel=cancel, timeout=120.0 if cancel else 900.0)
+
+
+def _cancel_and_follow(api: SynthAPI, outcome: Outcome, *, cancel: bool, timeout: float = 120.0) -> None:
+    assert outcome.job_id is not None
     if cancel:
-        api.sft.cancel(submitted.job_id)
-    _follow_to_end(api, submitted.job_id, outcome, timeout=120.0 if cancel else 900.0)
+        api.sft.cancel(outcome.job_id)
+    _follow_to_end(api, outcome.job_id, outcome, timeout=timeout)
 
 
 def _upload(api: SynthAPI, store: IdempotencyStore, dataset: Path, outcome: Outcome) -> str:
@@ -128,11 +138,11 @@ def _upload(api: SynthAPI, store: IdempotencyStore, dataset: Path, outcome: Outc
 
 
 def _create_then_cancel(api: SynthAPI, store: IdempotencyStore, dataset: Path, outcome: Outcome) -> None:
-    body = sft_body(_upload(api, store, dataset, outcome))
-    created = api.sft.create(body, idempotency_key=store.key_for(fingerprint("sft.create", "", body)))
-    outcome.job_id = job_id_of(created, "/learning/jobs")
-    api.sft.cancel(outcome.job_id)
-    _follow_to_end(api, outcome.job_id, outcome)
+    if outcome.job_id is None:
+        body = sft_body(_upload(api, store, dataset, outcome))
+        created = api.sft.create(body, idempotency_key=store.key_for(fingerprint("sft.create", "", body)))
+        outcome.job_id = job_id_of(created, "/learning/jobs")
+    _cancel_and_follow(api, outcome, cancel=True)
 
 
 def _rejected_create(api: SynthAPI, store: IdempotencyStore, dataset: Path, outcome: Outcome) -> None:

@@ -163,7 +163,7 @@ def test_following_outlasts_a_run_of_429s_longer_than_the_transport_retries(back
     sleeps: list[float] = []
     with FaultProxy(backend.url, rules) as proxy:
         api = open_flow_api(f"{proxy.url}/api", backend.key, "follow-429", sleeps)
-        result = follow_job(api.sft, job_id, interval=1.0, timeout=60, sleep=lambda s: None)
+        result = follow_job(api.sft, job_id, interval=1.0, timeout=60, sleep=lambda s: None, stream=False)
         api.close()
         injected = [a for a in proxy.log() if a.fault]
     assert result.status == "cancelled"
