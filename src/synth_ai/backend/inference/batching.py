@@ -82,9 +82,11 @@ class Batcher:
         self._waiting: deque[Job] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        # for tests and benches: admissions (prefills, or jobs run alone), rows admitted, decoding steps
+        # for tests and benches: admissions (prefills, or jobs run alone), rows admitted, rows admitted into a
+        # batch already decoding, decoding steps
         self.batches = 0
         self.rows = 0
+        self.joined = 0
         self.steps = 0
 
     def submit(self, job: Job) -> Any:
@@ -117,6 +119,8 @@ class Batcher:
                 if jobs:
                     self.batches += 1
                     self.rows += sum(job.rows for job in jobs)
+                    if batch is not None and len(batch):
+                        self.joined += sum(job.rows for job in jobs)
                     batch, finished = self.runner.admit(batch, jobs)
                     _finish(finished)
                 if batch is not None and len(batch):
