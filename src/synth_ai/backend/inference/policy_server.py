@@ -92,7 +92,7 @@ class LocalPolicyServer:
     def start(self) -> str:
         if self._server is None:
             handler = _handler_for(self)
-            self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            self._server = _PolicyHTTPServer(("127.0.0.1", 0), handler)
             self._server.daemon_threads = True
             self._thread = threading.Thread(target=self._server.serve_forever, name="policy-server", daemon=True)
             self._thread.start()
@@ -150,6 +150,11 @@ class LocalPolicyServer:
             slot.samples = samples
         completion["model"] = body.get("model") or self.model_id
         return completion
+
+
+class _PolicyHTTPServer(ThreadingHTTPServer):
+    # a whole RL batch of rollouts connects at once: the stdlib's backlog of 5 resets connections beyond it
+    request_queue_size = 256
 
 
 def _keep_last_images(messages: Any, limit: int) -> tuple[Any, int]:
