@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -272,6 +271,8 @@ def first_n_records(path: PathLike, n: int, dest: PathLike) -> int:
     p = _open_check(path)
     target = Path(dest)
     target.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # only writers need it (it pulls in random)
+
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     written = 0
     try:
