@@ -4,7 +4,8 @@ Callers `submit` a job and block until it is done. One generation thread owns th
 `decoding.RunningBatch`, driven through the engine's `Runner` methods): between two decoding steps it admits the
 jobs waiting at the front of the queue that fit (same loaded model, text only, rows up to `max_batch`), and a job
 whose rows have all ended is answered right away, while the others decode on. When the batch is empty, the thread
-waits for a job and then up to `window_s` for more, so requests that arrive together prefill together. A job with
+waits for a job and then up to `window_s` for more, so requests that arrive together prefill together (up to
+`GATHER_FACTOR` times longer while fewer wait than the last batch held). A job with
 images, and every job on a vision model, runs alone (one `generate`) when it reaches the front of the queue, between
 two steps of the running batch; jobs behind it wait their turn (first come, first served, no starvation).
 
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 from synth_ai.errors import RateLimitError
 
 RETRY_AFTER_S = 1
+GATHER_FACTOR = 10  # an empty batch's window stretches this much while fewer rows wait than the last batch held
 
 
 @dataclass(eq=False)  # jobs are compared by identity: two identical requests are two jobs
@@ -88,6 +90,7 @@ class Batcher:
         self.rows = 0
         self.joined = 0
         self.steps = 0
+        self._peak = 0  # the most rows the current (or last) batch held
 
     def submit(self, job: Job) -> Any:
         with self._cond:
@@ -124,6 +127,7 @@ class Batcher:
                     batch, finished = self.runner.admit(batch, jobs)
                     _finish(finished)
                 if batch is not None and len(batch):
+                    self._peak = max(self._peak, len(batch))
                     self.steps += 1
                     _finish(self.runner.step(batch))
             except BaseException as exc:  # noqa: BLE001 - every caller in flight hears about it; the thread lives on
@@ -145,12 +149,17 @@ class Batcher:
                 first = self._waiting[0]
                 if not first.batchable():
                     return [self._waiting.popleft()]
-                start = time.monotonic()  # a short window: requests sent together prefill together
-                while self._compatible_rows(first) < self.max_batch:
-                    left = start + self.window_s - time.monotonic()
+                # a short window, so requests sent together prefill together; longer while fewer wait than the last
+                # batch held: its callers (a client's threads, an RL iteration's rollouts) are likely sending their
+                # next requests, and one prefill costs less than many steps of a batch that keeps being joined
+                start, last = time.monotonic(), self._peak
+                while (rows := self._compatible_rows(first)) < self.max_batch:
+                    window = self.window_s if rows >= last else self.window_s * GATHER_FACTOR
+                    left = start + window - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)
+                self._peak = 0
                 jobs, rows = [self._waiting.popleft()], first.rows
                 for job in list(self._waiting):  # compatible jobs anywhere in the queue start with it
                     if self._fits(first, job) and rows + job.rows <= self.max_batch:

@@ -1,4 +1,5 @@
-"""One `generate` call for one or more chat requests: prompt encoding, left padding, per-row sampling, per-row cuts.
+"""Prompt encoding, per-row sampling (`draw`), and one `generate` call for a request that runs alone (images, vision
+models; text requests decode in the running batch of `decoding`).
 
 Every request becomes `n` rows. Sampling is done per row by `RowSampler` (the last logits processor; `generate`
 itself runs greedy over the one token the sampler leaves open), so rows of one batch may differ in temperature,

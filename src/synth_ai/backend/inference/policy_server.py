@@ -7,8 +7,9 @@ implements the same four methods and the trainer does not change.
 
 `LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process,
 answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat
-template, tool-call parsing, thinking budget and batching as `/api/inference`: concurrent rollouts' calls share
-one `generate`), over the trainer's in-memory policy.
+template, tool-call parsing, thinking budget and continuous batching as `/api/inference`: concurrent rollouts'
+calls decode in one running batch), over the trainer's in-memory policy. `sync_weights` copies weights between two
+decoding steps (under the engine's generate lock).
 With `weight_sync_interval = 1` it serves the training model itself; otherwise a copy, refreshed on `sync_weights`.
 
 Reproducibility: a request without `seed` gets one derived from the engine's seed, its cid (less the job's
