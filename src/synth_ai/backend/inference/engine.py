@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.inference import generation
 from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.chat_request import MAX_REQUEST_PIXELS, prepare_messages, validate
 from synth_ai.backend.inference.runner import BatchRunner, SampledTokens
@@ -83,6 +84,7 @@ class InferenceEngine:
         self._cache_lock = threading.Lock()
         self._load_locks: dict[str, threading.Lock] = {}
         self._generate_lock = threading.Lock()
+        self._encode_lock = threading.Lock()
         self.batcher = Batcher(BatchRunner(self._generate_lock), max_batch=max_batch, max_queue=max_queue)
         self._pinned: dict[str, LoadedModel] = {}
 
@@ -195,7 +197,12 @@ class InferenceEngine:
         params = validate(request)
         loaded = self.get(params["model"])
         messages, images = prepare_messages(params["messages"], loaded)
-        return self.batcher.submit(Job(loaded, params, messages, images, record))
+        job = Job(loaded, params, messages, images, record)
+        # rendered and tokenised here, in the caller's thread, not in the generation thread between two steps; one
+        # at a time (a fast tokenizer used from two threads at once can fail with "Already borrowed")
+        with self._encode_lock:
+            job.encoded = generation.encode(loaded, params, messages, images)
+        return self.batcher.submit(job)
 
 
 # Helpers ------------------------------------------------------------------------------------------------------------

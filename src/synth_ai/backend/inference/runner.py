@@ -1,6 +1,7 @@
 """The batcher's runner: turns queued jobs into rows of the running batch and finished rows into chat completions.
 
-`BatchRunner(generate_lock)` implements `batching.Runner`. `admit` encodes each job (a bad one fails alone), gives
+`BatchRunner(generate_lock)` implements `batching.Runner`. `admit` encodes each job not yet encoded (the engine
+encodes in the caller's thread; a bad one fails alone), gives
 every choice a row with its own seeded uniforms, and prefills them into the running batch (`decoding.RunningBatch`);
 `step` decodes one token for every row; a job whose rows have all ended gets its completion at once. `run_alone`
 is the path for images and vision models: one `generate` call for the job's rows (`generation.generate`). Every
@@ -41,12 +42,13 @@ class BatchRunner:
     def admit(self, batch: RunningBatch | None, jobs: list[Job]) -> tuple[RunningBatch | None, list[Job]]:
         finished, lives, prompts = [], [], []
         for job in jobs:
-            try:
-                job.encoded = generation.encode(job.loaded, job.params, job.messages, job.images)
-            except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
-                job.error = exc
-                finished.append(job)
-                continue
+            if job.encoded is None:
+                try:
+                    job.encoded = generation.encode(job.loaded, job.params, job.messages, job.images)
+                except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
+                    job.error = exc
+                    finished.append(job)
+                    continue
             job.sampled = generation.rows_for(0, job.params)
             job.rows_left = len(job.sampled)
             for row in job.sampled:
@@ -71,7 +73,7 @@ class BatchRunner:
     def run_alone(self, job: Job) -> None:
         with self.lock:
             try:
-                encoded = generation.encode(job.loaded, job.params, job.messages, job.images)
+                encoded = job.encoded or generation.encode(job.loaded, job.params, job.messages, job.images)
             except Exception as exc:  # noqa: BLE001 - this caller's error
                 job.error = exc
                 return

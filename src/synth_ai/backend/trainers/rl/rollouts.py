@@ -95,6 +95,7 @@ class RolloutRunner:
         self.api_key = api_key
         self.should_stop = should_stop
         self.policy_url = engine.start()
+        self._client: TaskAppClient | None = None  # kept across iterations where it can be (its connections)
 
     def run(self, jobs: list[tuple[int, int, str]], *, mode: str, extra_policy: dict[str, Any] | None = None
             ) -> list[Rollout]:
@@ -104,8 +105,10 @@ class RolloutRunner:
     async def _run_all(self, jobs: list[tuple[int, int, str]], mode: str,
                        extra_policy: dict[str, Any] | None) -> list[Rollout]:
         gate = asyncio.Semaphore(self.settings.concurrency)
-        headers = {"X-API-Key": self.api_key} if self.api_key else {}
-        client = TaskAppClient(self.settings.task_url, headers, concurrency=self.settings.concurrency)
+        if self._client is None or not self._client.reusable:  # httpx clients belong to one event loop
+            headers = {"X-API-Key": self.api_key} if self.api_key else {}
+            self._client = TaskAppClient(self.settings.task_url, headers, concurrency=self.settings.concurrency)
+        client = self._client
         try:
             tasks = [asyncio.create_task(self._one(client, gate, seed, index, cid, mode, extra_policy))
                      for seed, index, cid in jobs]
@@ -119,7 +122,9 @@ class RolloutRunner:
                     raise RolloutsStopped()
             return [task.result() for task in tasks]
         finally:
-            await client.aclose()
+            if not client.reusable:
+                await client.aclose()
+                self._client = None
 
     async def _one(self, client: TaskAppClient, gate: asyncio.Semaphore, seed: int, index: int, cid: str, mode: str,
                    extra_policy: dict[str, Any] | None) -> Rollout:

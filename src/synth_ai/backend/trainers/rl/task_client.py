@@ -61,6 +61,12 @@ class TaskAppClient:
         except httpx.HTTPError as exc:
             raise TaskAppUnreachable(f"{type(exc).__name__}: {exc}") from exc
 
+    @property
+    def reusable(self) -> bool:
+        """Whether it can serve another event loop (`asyncio.run` per iteration): the loopback one can, and keeps
+        its threads and keep-alive connections across iterations."""
+        return self._threads is not None
+
     async def aclose(self) -> None:
         if self._httpx is not None:
             await self._httpx.aclose()
