@@ -2,7 +2,7 @@
 `model.generate` calls on the same model.
 
 - ours: the embedded backend (`synth-ai backend serve`, its own process), `--requests` chat completions sent over
-  HTTP from `C` client threads at once (C = 8 and 32): concurrent requests are batched into shared `generate` calls;
+  HTTP from `C` client threads at once (C = 8 and 32): concurrent requests decode in one running batch (continuous batching);
 - baseline: the same prompts, one `model.generate` call each, one after another, on the same model loaded the same
   way (`synth_ai.backend.ml.loading`), no HTTP.
 
@@ -11,6 +11,9 @@ Both sample at temperature 1.0 with at most `--max-tokens` new tokens per reques
 fp32 on CPU, one torch thread on each side (OMP_NUM_THREADS=1 unless you set it). Ends with
 `inference: ours X tok/s, baseline Y tok/s, ratio Z` for concurrency 8 (ratio = ours / baseline: above 1 means
 ours is faster); the concurrency-32 figure is printed the line before.
+
+Rounds (`--rounds`, default 3) interleave the baseline and ours, so both see the same machine load; the medians
+are reported, the ratio being the median of the rounds' ratios.
 
 Reproduce from the repository root:
 
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -46,7 +50,8 @@ def build_model() -> None:
                     str(DATA_DIR), MODEL_ID], check=True, cwd=REPO)
 
 
-def baseline(requests: int, max_tokens: int) -> float:
+def baseline_runner(max_tokens: int):
+    """A function `run(requests) -> tok/s` of sequential `generate` calls (model loaded once, warmed up)."""
     import torch
 
     from synth_ai.backend.inference.engine import describe_model
@@ -72,10 +77,14 @@ def baseline(requests: int, max_tokens: int) -> float:
         return next((i for i, t in enumerate(row) if t in loaded.eos_ids), len(row))
 
     one(PROMPTS[0])  # warm-up
-    started, tokens = time.perf_counter(), 0
-    for i in range(requests):
-        tokens += one(PROMPTS[i % len(PROMPTS)])
-    return tokens / (time.perf_counter() - started)
+
+    def run(requests: int) -> float:
+        started, tokens = time.perf_counter(), 0
+        for i in range(requests):
+            tokens += one(PROMPTS[i % len(PROMPTS)])
+        return tokens / (time.perf_counter() - started)
+
+    return run
 
 
 def free_port() -> int:
@@ -84,7 +93,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def ours(concurrency_levels: list[int], requests: int, max_tokens: int) -> dict[int, float]:
+def ours(concurrency_levels: list[int], requests: int, max_tokens: int, rounds: int, base_run) -> list[dict]:
+    """Per round: the baseline, then ours at each concurrency (interleaved, so both see the same machine load)."""
     import httpx
 
     port = free_port()
@@ -114,47 +124,59 @@ def ours(concurrency_levels: list[int], requests: int, max_tokens: int) -> dict[
             return response.json()["usage"]["completion_tokens"]
 
         send(PROMPTS[0])  # loads the model
-        figures = {}
-        for concurrency in concurrency_levels:
-            queue = list(range(requests))
-            lock, counted = threading.Lock(), [0]
-
-            def worker() -> None:
-                while True:
-                    with lock:
-                        if not queue:
-                            return
-                        i = queue.pop()
-                    n = send(PROMPTS[i % len(PROMPTS)])
-                    with lock:
-                        counted[0] += n
-
-            threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-            started = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            figures[concurrency] = counted[0] / (time.perf_counter() - started)
-        return figures
+        results = []
+        for _ in range(rounds):
+            figures = {"baseline": base_run(requests)}
+            for concurrency in concurrency_levels:
+                figures[concurrency] = _measure(send, concurrency, requests)
+            print("round: " + ", ".join(f"{k}: {v:.0f} tok/s" for k, v in figures.items()), flush=True)
+            results.append(figures)
+        return results
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _measure(send, concurrency: int, requests: int) -> float:
+    queue = list(range(requests))
+    lock, counted = threading.Lock(), [0]
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                i = queue.pop()
+            n = send(PROMPTS[i % len(PROMPTS)])
+            with lock:
+                counted[0] += n
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return counted[0] / (time.perf_counter() - started)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=64, help="requests per measurement (default 64)")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3); medians reported")
     args = parser.parse_args()
     if not (DATA_DIR / "models").exists():
         build_model()
-    base = baseline(args.requests, args.max_tokens)
-    figures = ours([8, 32], args.requests, args.max_tokens)
-    print(f"model {MODEL_ID}, {args.requests} requests, at most {args.max_tokens} new tokens, temperature 1.0")
-    print(f"inference concurrency 32: ours {figures[32]:.0f} tok/s, baseline {base:.0f} tok/s, "
-          f"ratio {figures[32] / base:.2f}")
-    print(f"inference: ours {figures[8]:.0f} tok/s, baseline {base:.0f} tok/s, ratio {figures[8] / base:.2f}")
+    results = ours([8, 32], args.requests, args.max_tokens, args.rounds, baseline_runner(args.max_tokens))
+    print(f"model {MODEL_ID}, {args.requests} requests, at most {args.max_tokens} new tokens, temperature 1.0, "
+          f"{args.rounds} rounds (medians; ratio = median of the rounds' ratios)")
+    base = statistics.median(r["baseline"] for r in results)
+    for level in (32, 8):
+        mine = statistics.median(r[level] for r in results)
+        ratio = statistics.median(r[level] / r["baseline"] for r in results)
+        name = "inference" if level == 8 else "inference concurrency 32"
+        print(f"{name}: ours {mine:.0f} tok/s, baseline {base:.0f} tok/s, ratio {ratio:.2f}")
 
 
 if __name__ == "__main__":

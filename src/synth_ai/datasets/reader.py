@@ -9,7 +9,6 @@ bytes handed out as lines.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import queue
 import threading
@@ -23,6 +22,8 @@ _QUEUE_DEPTH = 2
 
 class _Hasher:
     def __init__(self, threaded: bool) -> None:
+        import hashlib  # here, not at module level: loading OpenSSL is a few ms of every `files validate` start
+
         self._hash = hashlib.sha256()
         self._queue: queue.Queue[bytes | None] | None = None
         self._thread: threading.Thread | None = None

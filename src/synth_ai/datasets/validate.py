@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -129,11 +128,13 @@ def validate_jsonl(
     return report
 
 
-_MIN_BYTES_PER_WORKER = 16 << 20
+# Forking and merging cost more than a second core saves below this per process: on the 2-core bench machine a
+# 60 MB and a 240 MB image-heavy file validated faster as one process (bench/README.md, validate).
+_MIN_BYTES_PER_WORKER = 128 << 20
 
 
 def _worker_count(workers: int, size: int) -> int:
-    """Processes to use: `workers` as asked; 0 = one per CPU (at most 8), for files of 16 MiB per process."""
+    """Processes to use: `workers` as asked; 0 = one per CPU (at most 8), for files of 128 MiB per process."""
     if workers == 1 or sys.platform != "linux":  # parallel scans fork; elsewhere fork is unsafe or missing
         return 1
     if workers == 0:
@@ -272,6 +273,8 @@ def first_n_records(path: PathLike, n: int, dest: PathLike) -> int:
     p = _open_check(path)
     target = Path(dest)
     target.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # only writers need it (it pulls in random)
+
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     written = 0
     try:

@@ -23,6 +23,7 @@ import weakref
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from synth_ai import loopback_http
 from synth_ai.env.secrets import redact
 from synth_ai.taskapp.errors import InferenceError
 from synth_ai.taskapp.tracing import current_trace
@@ -120,18 +121,26 @@ async def chat_completion(
     if key:
         send_headers["Authorization"] = f"Bearer {key}"
     send_headers.update(headers or {})
-    http = client if client is not None else _shared_client()
+    # a model server on this machine (the RL trainer's policy server, the embedded backend): stdlib connections,
+    # a fraction of httpx's CPU per call (synth_ai.loopback_http); anything else, or an injected client: httpx
+    local = client is None and loopback_http.is_loopback_http(url)
+    http = client if client is not None or local else _shared_client()
     shown = _shown_url(url)
     started = time.perf_counter()
     try:
         busy = broken = 0
         while True:
             try:
-                response = await http.post(
-                    url, json=payload, headers=send_headers,
-                    timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
-                )
-            except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+                if local:
+                    response = await loopback_http.post_json(url, json.dumps(payload).encode(), send_headers, timeout,
+                                                             connect_timeout_s=min(connect_timeout, timeout))
+                else:
+                    response = await http.post(
+                        url, json=payload, headers=send_headers,
+                        timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
+                    )
+            except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError,
+                    loopback_http.LoopbackUnreachable):
                 if broken == BROKEN_RETRIES:
                     raise
                 broken += 1
@@ -142,12 +151,12 @@ async def chat_completion(
             busy += 1
             # a busy server (its batching queue is full) says when to come back
             await asyncio.sleep(_retry_after(response.headers.get("retry-after")))
-    except httpx.TimeoutException as exc:
+    except (httpx.TimeoutException, loopback_http.LoopbackTimeout) as exc:
         raise InferenceError(
             f"The model endpoint {shown} did not answer within {timeout:g}s ({type(exc).__name__}).",
             status_code=504, code="inference_timeout", inference_url=shown,
         ) from exc
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, loopback_http.LoopbackUnreachable) as exc:
         raise InferenceError(
             f"Could not reach the model endpoint {shown}: {type(exc).__name__}: {redact(str(exc)) or 'no detail'}",
             code="inference_unreachable", inference_url=shown,

@@ -1,13 +1,16 @@
-"""Dynamic batching: concurrent chat completions for one model share one `generate` call.
+"""Continuous batching: concurrent chat completions for one model decode together, joining and leaving between steps.
 
-Callers `submit` a job and block until it is done. One generation thread takes the oldest waiting job, waits up to
-`window_s` for more (so requests that arrive together batch together; up to `GATHER_FACTOR` times longer while
-fewer wait than the previous batch held, the steady state of a fixed number of busy callers), then runs every waiting job compatible
-with it (same loaded model, text only, rows up to `max_batch`) as one batch. Requests that arrive while a batch
-generates wait for the next one. Jobs with images, and every job on a vision model, run alone.
+Callers `submit` a job and block until it is done. One generation thread owns the running batch (a
+`decoding.RunningBatch`, driven through the engine's `Runner` methods): between two decoding steps it admits the
+jobs waiting at the front of the queue that fit (same loaded model, text only, rows up to `max_batch`), and a job
+whose rows have all ended is answered right away, while the others decode on. When the batch is empty, the thread
+waits for a job and then up to `window_s` for more, so requests that arrive together prefill together (up to
+`GATHER_FACTOR` times longer while fewer wait than the last batch held). A job with
+images, and every job on a vision model, runs alone (one `generate`) when it reaches the front of the queue, between
+two steps of the running batch; jobs behind it wait their turn (first come, first served, no starvation).
 
-Back-pressure: at most `max_queue` jobs wait; one more raises `RateLimitError` (the HTTP layers answer 429 with
-`Retry-After`) instead of queueing without bound.
+Back-pressure: at most `max_queue` jobs wait (jobs in the running batch are not waiting); one more raises
+`RateLimitError` (the HTTP layers answer 429 with `Retry-After`) instead of queueing without bound.
 
 Settings (environment): `SYNTH_INFERENCE_MAX_BATCH` (rows per batch, default 32), `SYNTH_INFERENCE_MAX_QUEUE`
 (waiting requests, default 256), `SYNTH_INFERENCE_BATCH_WINDOW_MS` (default 5).
@@ -20,12 +23,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Protocol
 
 from synth_ai.errors import RateLimitError
 
 RETRY_AFTER_S = 1
-GATHER_FACTOR = 10  # the window stretches this much while fewer requests wait than the last batch held
+GATHER_FACTOR = 10  # an empty batch's window stretches this much while fewer rows wait than the last batch held
 
 
 @dataclass(eq=False)  # jobs are compared by identity: two identical requests are two jobs
@@ -38,6 +41,9 @@ class Job:
     result: Any = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    encoded: Any = None  # set when admitted (generation.Encoded)
+    sampled: list[Any] = field(default_factory=list)  # its generation.Row objects, in choice order
+    rows_left: int = 0
 
     @property
     def rows(self) -> int:
@@ -45,6 +51,18 @@ class Job:
 
     def batchable(self) -> bool:
         return not self.images and not self.loaded.vision
+
+
+class Runner(Protocol):
+    """What the batcher drives (the engine implements it); each returns the jobs it finished (result or error set)."""
+
+    def admit(self, batch: Any, jobs: list[Job]) -> tuple[Any, list[Job]]: ...  # batch may be None: starts one
+
+    def step(self, batch: Any) -> list[Job]: ...
+
+    def run_alone(self, job: Job) -> None: ...
+
+    def abandon(self, batch: Any) -> list[Job]: ...  # after an error: the jobs that were in the batch
 
 
 def _env_int(name: str, default: int) -> int:
@@ -56,9 +74,9 @@ def _env_int(name: str, default: int) -> int:
 
 
 class Batcher:
-    def __init__(self, run_batch: Callable[[list[Job]], None], *, max_batch: int | None = None,
-                 max_queue: int | None = None, window_s: float | None = None) -> None:
-        self.run_batch = run_batch  # sets each job's result or error
+    def __init__(self, runner: Runner, *, max_batch: int | None = None, max_queue: int | None = None,
+                 window_s: float | None = None) -> None:
+        self.runner = runner
         self.max_batch = max_batch or _env_int("SYNTH_INFERENCE_MAX_BATCH", 32)
         self.max_queue = max_queue or _env_int("SYNTH_INFERENCE_MAX_QUEUE", 256)
         self.window_s = window_s if window_s is not None else \
@@ -66,9 +84,13 @@ class Batcher:
         self._waiting: deque[Job] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._last_rows = 0
-        self.batches = 0  # how many generate calls ran, and how many rows they held (for tests and benches)
+        # for tests and benches: admissions (prefills, or jobs run alone), rows admitted, rows admitted into a
+        # batch already decoding, decoding steps
+        self.batches = 0
         self.rows = 0
+        self.joined = 0
+        self.steps = 0
+        self._peak = 0  # the most rows the current (or last) batch held
 
     def submit(self, job: Job) -> Any:
         with self._cond:
@@ -87,44 +109,74 @@ class Batcher:
         return job.result
 
     def _loop(self) -> None:
+        batch: Any = None
         while True:
-            batch = self._next_batch()
+            jobs = self._admissions(batch)
             try:
-                self.run_batch(batch)
-            except BaseException as exc:  # noqa: BLE001 - every caller hears about it; the thread lives on
-                for job in batch:
-                    if job.result is None and job.error is None:
-                        job.error = exc
-            finally:
-                self.batches += 1
-                self.rows += sum(job.rows for job in batch)
-                for job in batch:
-                    job.done.set()
+                if jobs and not jobs[0].batchable():
+                    self.batches += 1
+                    self.rows += jobs[0].rows
+                    self.runner.run_alone(jobs[0])
+                    _finish(jobs)
+                    continue
+                if jobs:
+                    self.batches += 1
+                    self.rows += sum(job.rows for job in jobs)
+                    if batch is not None and len(batch):
+                        self.joined += sum(job.rows for job in jobs)
+                    batch, finished = self.runner.admit(batch, jobs)
+                    _finish(finished)
+                if batch is not None and len(batch):
+                    self._peak = max(self._peak, len(batch))
+                    self.steps += 1
+                    _finish(self.runner.step(batch))
+            except BaseException as exc:  # noqa: BLE001 - every caller in flight hears about it; the thread lives on
+                lost = list(jobs) + (self.runner.abandon(batch) if batch is not None else [])
+                batch = None
+                for job in lost:
+                    if not job.done.is_set():
+                        if job.result is None and job.error is None:
+                            job.error = exc
+                        job.done.set()
 
-    def _next_batch(self) -> list[Job]:
+    def _admissions(self, batch: Any) -> list[Job]:
+        """The jobs to admit before the next step: none, one to run alone, or some that join `batch`."""
+        running = batch is not None and len(batch) > 0
         with self._cond:
-            while not self._waiting:
-                self._cond.wait()
-            first = self._waiting[0]
-            if first.batchable():
-                start = time.monotonic()
+            if not running:
+                while not self._waiting:
+                    self._cond.wait()
+                first = self._waiting[0]
+                if not first.batchable():
+                    return [self._waiting.popleft()]
+                # a short window, so requests sent together prefill together; longer while fewer wait than the last
+                # batch held: its callers (a client's threads, an RL iteration's rollouts) are likely sending their
+                # next requests, and one prefill costs less than many steps of a batch that keeps being joined
+                start, last = time.monotonic(), self._peak
                 while (rows := self._compatible_rows(first)) < self.max_batch:
-                    # fewer waiting than the last batch held: its callers are likely sending their next requests
-                    # (as a client's threads, or an RL loop's rollouts, do once answered), so wait a little longer
-                    window = self.window_s if rows >= self._last_rows else self.window_s * GATHER_FACTOR
+                    window = self.window_s if rows >= last else self.window_s * GATHER_FACTOR
                     left = start + window - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)
-            batch, rows = [self._waiting.popleft()], first.rows
-            if first.batchable():
-                for job in list(self._waiting):
+                self._peak = 0
+                jobs, rows = [self._waiting.popleft()], first.rows
+                for job in list(self._waiting):  # compatible jobs anywhere in the queue start with it
                     if self._fits(first, job) and rows + job.rows <= self.max_batch:
                         self._waiting.remove(job)
-                        batch.append(job)
+                        jobs.append(job)
                         rows += job.rows
-            self._last_rows = rows
-            return batch
+                return jobs
+            if self._waiting and not self._waiting[0].batchable():
+                return [self._waiting.popleft()]  # runs alone between two steps
+            jobs, rows = [], len(batch)
+            while self._waiting:  # into a running batch: from the front only, so a different job is not starved
+                job = self._waiting[0]
+                if not job.batchable() or job.loaded is not batch.loaded or rows + job.rows > self.max_batch:
+                    break
+                jobs.append(self._waiting.popleft())
+                rows += job.rows
+            return jobs
 
     def _compatible_rows(self, first: Job) -> int:
         return sum(job.rows for job in self._waiting if job is first or self._fits(first, job))
@@ -132,3 +184,8 @@ class Batcher:
     @staticmethod
     def _fits(first: Job, job: Job) -> bool:
         return job is not first and job.loaded is first.loaded and job.batchable()
+
+
+def _finish(jobs: list[Job]) -> None:
+    for job in jobs:
+        job.done.set()

@@ -1,4 +1,5 @@
-"""One `generate` call for one or more chat requests: prompt encoding, left padding, per-row sampling, per-row cuts.
+"""Prompt encoding, per-row sampling (`draw`), and one `generate` call for a request that runs alone (images, vision
+models; text requests decode in the running batch of `decoding`).
 
 Every request becomes `n` rows. Sampling is done per row by `RowSampler` (the last logits processor; `generate`
 itself runs greedy over the one token the sampler leaves open), so rows of one batch may differ in temperature,
@@ -173,9 +174,9 @@ class RowSampler:
         self.uniforms = torch.stack([torch.rand(steps, generator=torch.Generator().manual_seed(row.seed),
                                                 dtype=torch.float64) for row in rows]).to(device)
         self.greedy = torch.tensor([row.temperature == 0 for row in rows], device=device)
-        self.temperature = torch.tensor([row.temperature or 1.0 for row in rows], device=device).unsqueeze(1)
-        self.top_k = [0 if row.temperature == 0 else row.top_k for row in rows]
-        self.top_p = [1.0 if row.temperature == 0 else row.top_p for row in rows]
+        self.temperature = [row.temperature for row in rows]
+        self.top_k = [row.top_k for row in rows]
+        self.top_p = [row.top_p for row in rows]
         self.limit = torch.tensor([row.max_tokens for row in rows], device=device)
         self.steps: list[Any] = []
 
@@ -183,14 +184,8 @@ class RowSampler:
         import torch
 
         step = input_ids.shape[1] - self.width
-        scores = scores.float()
-        dist = torch.log_softmax(_warp(scores / self.temperature, self.top_k, self.top_p), dim=-1)
-        probs = dist.double().exp()
-        cdf = probs.cumsum(dim=-1)
-        target = (self.uniforms[:, step] * cdf[:, -1]).unsqueeze(1)
-        drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=scores.shape[1] - 1)
-        picked = torch.where(self.greedy, scores.argmax(dim=-1), drawn)
-        logp = dist.gather(1, picked.unsqueeze(1)).squeeze(1)
+        picked, logp = draw(scores, self.temperature, self.top_k, self.top_p, self.uniforms[:, step],
+                            greedy=self.greedy)
         ended = step >= self.limit  # past its own limit: end the row (this token is cut off afterwards)
         picked = torch.where(ended, torch.full_like(picked, self.eos), picked)
         self.steps.append(torch.where(ended, torch.zeros_like(logp), logp))
@@ -204,6 +199,27 @@ class RowSampler:
         if not self.steps:
             return []
         return torch.stack(self.steps, dim=1).cpu().tolist()
+
+
+def draw(scores: Any, temperature: list[float], top_k: list[int], top_p: list[float], uniforms: Any, *,
+         greedy: Any = None) -> tuple[Any, Any]:
+    """Per row: apply its temperature / top-k / top-p, draw by an inverse-CDF lookup of its uniform (argmax when
+    its temperature is 0); the drawn tokens and their log-probs under the distribution drawn from."""
+    import torch
+
+    device = scores.device
+    if greedy is None:
+        greedy = torch.tensor([t == 0 for t in temperature], device=device)
+    temp = torch.tensor([t or 1.0 for t in temperature], device=device).unsqueeze(1)
+    top_k = [0 if t == 0 else k for t, k in zip(temperature, top_k)]
+    top_p = [1.0 if t == 0 else p for t, p in zip(temperature, top_p)]
+    scores = scores.float()
+    dist = torch.log_softmax(_warp(scores / temp, top_k, top_p), dim=-1)
+    cdf = dist.double().exp().cumsum(dim=-1)
+    target = (uniforms * cdf[:, -1]).unsqueeze(1)
+    drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=scores.shape[1] - 1)
+    picked = torch.where(greedy, scores.argmax(dim=-1), drawn)
+    return picked, dist.gather(1, picked.unsqueeze(1)).squeeze(1)
 
 
 def _warp(logits: Any, top_k: list[int], top_p: list[float]) -> Any:

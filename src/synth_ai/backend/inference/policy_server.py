@@ -7,8 +7,9 @@ implements the same four methods and the trainer does not change.
 
 `LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process,
 answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat
-template, tool-call parsing, thinking budget and batching as `/api/inference`: concurrent rollouts' calls share
-one `generate`), over the trainer's in-memory policy.
+template, tool-call parsing, thinking budget and continuous batching as `/api/inference`: concurrent rollouts'
+calls decode in one running batch), over the trainer's in-memory policy. `sync_weights` copies weights between two
+decoding steps (under the engine's generate lock).
 With `weight_sync_interval = 1` it serves the training model itself; otherwise a copy, refreshed on `sync_weights`.
 
 Reproducibility: a request without `seed` gets one derived from the engine's seed, its cid (less the job's
@@ -92,7 +93,7 @@ class LocalPolicyServer:
     def start(self) -> str:
         if self._server is None:
             handler = _handler_for(self)
-            self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            self._server = _PolicyHTTPServer(("127.0.0.1", 0), handler)
             self._server.daemon_threads = True
             self._thread = threading.Thread(target=self._server.serve_forever, name="policy-server", daemon=True)
             self._thread.start()
@@ -150,6 +151,11 @@ class LocalPolicyServer:
             slot.samples = samples
         completion["model"] = body.get("model") or self.model_id
         return completion
+
+
+class _PolicyHTTPServer(ThreadingHTTPServer):
+    # a whole RL batch of rollouts connects at once: the stdlib's backlog of 5 resets connections beyond it
+    request_queue_size = 256
 
 
 def _keep_last_images(messages: Any, limit: int) -> tuple[Any, int]:

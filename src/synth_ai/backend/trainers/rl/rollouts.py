@@ -16,6 +16,7 @@ from typing import Any
 
 from synth_ai.backend.trainers.rl.advantages import InvalidRollout, read_rewards
 from synth_ai.backend.trainers.rl.settings import RLSettings
+from synth_ai.backend.trainers.rl.task_client import TaskAppClient, TaskAppTimeout, TaskAppUnreachable
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.env.secrets import redact
 from synth_ai.errors import InvalidInputError
@@ -94,6 +95,7 @@ class RolloutRunner:
         self.api_key = api_key
         self.should_stop = should_stop
         self.policy_url = engine.start()
+        self._client: TaskAppClient | None = None  # kept across iterations where it can be (its connections)
 
     def run(self, jobs: list[tuple[int, int, str]], *, mode: str, extra_policy: dict[str, Any] | None = None
             ) -> list[Rollout]:
@@ -102,12 +104,12 @@ class RolloutRunner:
 
     async def _run_all(self, jobs: list[tuple[int, int, str]], mode: str,
                        extra_policy: dict[str, Any] | None) -> list[Rollout]:
-        import httpx
-
         gate = asyncio.Semaphore(self.settings.concurrency)
-        headers = {"X-API-Key": self.api_key} if self.api_key else {}
-        limits = httpx.Limits(max_connections=self.settings.concurrency + 2)
-        async with httpx.AsyncClient(headers=headers, limits=limits, follow_redirects=False) as client:
+        if self._client is None or not self._client.reusable:  # httpx clients belong to one event loop
+            headers = {"X-API-Key": self.api_key} if self.api_key else {}
+            self._client = TaskAppClient(self.settings.task_url, headers, concurrency=self.settings.concurrency)
+        client = self._client
+        try:
             tasks = [asyncio.create_task(self._one(client, gate, seed, index, cid, mode, extra_policy))
                      for seed, index, cid in jobs]
             pending = set(tasks)
@@ -119,11 +121,13 @@ class RolloutRunner:
                     await asyncio.gather(*pending, return_exceptions=True)
                     raise RolloutsStopped()
             return [task.result() for task in tasks]
+        finally:
+            if not client.reusable:
+                await client.aclose()
+                self._client = None
 
-    async def _one(self, client: Any, gate: asyncio.Semaphore, seed: int, index: int, cid: str, mode: str,
+    async def _one(self, client: TaskAppClient, gate: asyncio.Semaphore, seed: int, index: int, cid: str, mode: str,
                    extra_policy: dict[str, Any] | None) -> Rollout:
-        import httpx
-
         result = Rollout(seed=seed, index=index, cid=cid)
         async with gate:
             for attempt in range(self.settings.rollout_retries + 1):
@@ -133,14 +137,13 @@ class RolloutRunner:
                                        mode=mode, extra_policy=extra_policy)
                 retry = False
                 try:
-                    response = await client.post(f"{self.settings.task_url}/rollout", json=body,
-                                                 timeout=httpx.Timeout(self.settings.rollout_timeout_s, connect=10.0))
-                except httpx.TimeoutException:
+                    response = await client.post_json("/rollout", body, self.settings.rollout_timeout_s)
+                except TaskAppTimeout:
                     result.error, result.error_kind, retry = (
                         f"/rollout did not answer within {self.settings.rollout_timeout_s:g}s", "timeout", True)
-                except httpx.HTTPError as exc:
+                except TaskAppUnreachable as exc:
                     result.error, result.error_kind, retry = (
-                        f"could not reach the task app at {self.settings.task_url}: {type(exc).__name__}: "
+                        f"could not reach the task app at {self.settings.task_url}: "
                         f"{redact(str(exc)) or 'no detail'}", "unreachable", True)
                 else:
                     result.error, result.error_kind, retry = self._read(result, response, attempt_cid)

@@ -1,0 +1,197 @@
+"""Continuous batching: a running batch of text rows that new requests join, and finished rows leave, between steps.
+
+`RunningBatch(loaded)` holds one model's rows in flight. `admit(rows, prompts)` prefills the new rows (left-padded,
+one forward with a fresh KV cache), samples their first token, and merges their cache into the running one;
+`step()` feeds every live row its pending token (one forward) and samples its next one. Both return the rows that
+ended (end-of-turn, their own `max_tokens`, or a stop string in their text), which leave the batch at once.
+
+KV cache design: one `DynamicCache` for the whole batch, left-padded. Rows are aligned at the right edge: a row's
+cached tokens sit in the last columns, padding (attention mask 0) before them. Merging pads the shorter cache on
+the left (zeros, masked) and concatenates along the batch axis; retiring selects the kept rows and drops the leading
+columns no kept row uses any more, so the cache never grows with the rows that left. Each row carries its own
+position counter (positions count its real tokens only), so a row computes what it would alone; padding is masked.
+
+Sampling is `generation.draw` with each row's own uniforms (from its own seeded generator, indexed by the row's
+own step), temperature, top-k and top-p; a row samples the same tokens whatever batch it is in. The thinking budget
+is counted per row (tokens after the last open `<think>`, the prompt's included, as `generation.ThinkingBudget`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from synth_ai.backend.inference.generation import Row, draw
+
+
+@dataclass(eq=False)
+class LiveRow:
+    row: Row
+    owner: Any  # the batcher's job this row belongs to
+    uniforms: Any  # float64 tensor (max_tokens,): the row's draws, one per step
+    stops: list[str]
+    think_open: bool = False  # inside a <think> block (for the budget)
+    think_count: int = 0  # tokens since that block opened
+
+
+class RunningBatch:
+    def __init__(self, loaded: Any) -> None:
+        self.loaded = loaded
+        self.live: list[LiveRow] = []
+        self.cache: Any = None
+        self.mask: Any = None  # (rows, cached columns) 1 where a row has a real token
+        self.positions: Any = None  # (rows,) next position of each row
+        self.pending: Any = None  # (rows,) the sampled token not yet in the cache
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    # Joining ------------------------------------------------------------------------------------------------------
+    def admit(self, rows: list[LiveRow], prompts: list[list[int]]) -> list[LiveRow]:
+        """Prefill `rows` (`prompts[i]` is row i's prompt ids) and add them to the batch; the rows already ended."""
+        import torch
+        from transformers import DynamicCache
+
+        loaded = self.loaded
+        width = max(len(p) for p in prompts)
+        pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else loaded.eos_ids[0]
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            mask[i, width - len(prompt):] = 1
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        for live, prompt in zip(rows, prompts):
+            self._start_think_count(live, prompt)
+        cache = DynamicCache()
+        with torch.inference_mode():
+            out = loaded.model(input_ids=ids.to(loaded.device), attention_mask=mask.to(loaded.device),
+                               position_ids=positions.to(loaded.device), cache=cache, use_cache=True,
+                               logits_to_keep=1)
+        tokens = self._sample(rows, out.logits[:, -1, :])
+        new_positions = mask.sum(1).to(loaded.device)
+        self._merge(rows, cache, mask.to(loaded.device), new_positions, tokens)
+        return self._retire()
+
+    def _merge(self, rows: list[LiveRow], cache: Any, mask: Any, positions: Any, tokens: Any) -> None:
+        import torch
+
+        if not self.live:
+            self.live, self.cache, self.mask, self.positions, self.pending = list(rows), cache, mask, positions, tokens
+            return
+        width = max(self.mask.shape[1], mask.shape[1])
+        for old, new in zip(self.cache.layers, cache.layers):
+            old.keys = torch.cat([_left_pad(old.keys, width, 2), _left_pad(new.keys, width, 2)])
+            old.values = torch.cat([_left_pad(old.values, width, 2), _left_pad(new.values, width, 2)])
+        self.mask = torch.cat([_left_pad(self.mask, width, 1), _left_pad(mask, width, 1)])
+        self.positions = torch.cat([self.positions, positions])
+        self.pending = torch.cat([self.pending, tokens])
+        self.live.extend(rows)
+
+    # Decoding -----------------------------------------------------------------------------------------------------
+    def step(self) -> list[LiveRow]:
+        """One token for every live row; the rows that ended (already out of the batch)."""
+        import torch
+
+        loaded = self.loaded
+        ones = torch.ones((len(self.live), 1), dtype=self.mask.dtype, device=self.mask.device)
+        self.mask = torch.cat([self.mask, ones], dim=1)
+        with torch.inference_mode():
+            out = loaded.model(input_ids=self.pending.unsqueeze(1), attention_mask=self.mask,
+                               position_ids=self.positions.unsqueeze(1), cache=self.cache, use_cache=True,
+                               logits_to_keep=1)
+        self.positions = self.positions + 1
+        self.pending = self._sample(self.live, out.logits[:, -1, :])
+        return self._retire()
+
+    def _sample(self, rows: list[LiveRow], scores: Any) -> Any:
+        import torch
+
+        device = scores.device
+        close = self.loaded.think_close
+        forced = [i for i, live in enumerate(rows) if live.row.budget is not None and close is not None
+                  and live.think_open and live.think_count >= live.row.budget]
+        if forced:  # over its thinking budget: only `</think>` is left open
+            scores = scores.clone()
+            scores[forced, :] = float("-inf")
+            scores[forced, close] = 0.0
+        uniforms = torch.stack([live.uniforms[len(live.row.tokens)] for live in rows]).to(device)
+        picked, logp = draw(scores, temperature=[live.row.temperature for live in rows],
+                            top_k=[live.row.top_k for live in rows], top_p=[live.row.top_p for live in rows],
+                            uniforms=uniforms)
+        for live, token, lp in zip(rows, picked.tolist(), logp.tolist()):
+            live.row.tokens.append(token)
+            live.row.logprobs.append(lp)
+            self._count_think(live, token)
+        return picked
+
+    # Leaving ------------------------------------------------------------------------------------------------------
+    def _retire(self) -> list[LiveRow]:
+        ended = [i for i, live in enumerate(self.live) if self._ended(live)]
+        if not ended:
+            return []
+        gone = [self.live[i] for i in ended]
+        keep = [i for i in range(len(self.live)) if i not in set(ended)]
+        self.live = [self.live[i] for i in keep]
+        if not keep:
+            self.cache = self.mask = self.positions = self.pending = None
+            return gone
+        import torch
+
+        index = torch.tensor(keep, device=self.mask.device)
+        mask = self.mask.index_select(0, index)
+        used = mask.any(dim=0).nonzero()
+        first = int(used[0]) if used.numel() else 0  # columns before it hold only padding now
+        self.mask = mask[:, first:]
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, index)[:, :, first:]
+            layer.values = layer.values.index_select(0, index)[:, :, first:]
+        self.positions = self.positions.index_select(0, index)
+        self.pending = self.pending.index_select(0, index)
+        return gone
+
+    def _ended(self, live: LiveRow) -> bool:
+        row, loaded = live.row, self.loaded
+        if row.tokens[-1] in loaded.eos_ids or len(row.tokens) >= row.max_tokens:
+            return True
+        if live.stops:  # stop strings end the row early; the reply is cut at the stop afterwards
+            text = loaded.tokenizer.decode(row.tokens, skip_special_tokens=True)
+            return any(stop in text for stop in live.stops)
+        return False
+
+    def fail_all(self) -> list[LiveRow]:
+        """Drop every row (after an error in a forward); the rows that were live."""
+        gone, self.live = self.live, []
+        self.cache = self.mask = self.positions = self.pending = None
+        return gone
+
+    # Thinking budget ----------------------------------------------------------------------------------------------
+    def _start_think_count(self, live: LiveRow, prompt: list[int]) -> None:
+        open_id, close_id = self.loaded.think_open, self.loaded.think_close
+        if live.row.budget is None or open_id is None or close_id is None or open_id not in prompt:
+            return
+        last_open = len(prompt) - 1 - prompt[::-1].index(open_id)
+        if close_id not in prompt[last_open:]:
+            live.think_open, live.think_count = True, len(prompt) - last_open - 1
+
+    def _count_think(self, live: LiveRow, token: int) -> None:
+        if live.row.budget is None:
+            return
+        if token == self.loaded.think_open:
+            live.think_open, live.think_count = True, 0
+        elif token == self.loaded.think_close:
+            live.think_open = False
+        elif live.think_open:
+            live.think_count += 1
+
+
+def _left_pad(tensor: Any, width: int, dim: int) -> Any:
+    """`tensor` with zeros added before its `dim` axis up to `width` (padding columns are masked out)."""
+    import torch
+
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=tensor.dtype, device=tensor.device), tensor], dim=dim)

@@ -1,0 +1,92 @@
+"""The loopback transport (task app -> policy server, trainer -> task app on this machine): real stdlib servers on
+127.0.0.1; a server that drops idle keep-alive connections, a busy server's 429, and a closed port."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from synth_ai import loopback_http
+from synth_ai.taskapp import inference
+from synth_ai.taskapp.errors import InferenceError
+
+COMPLETION = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
+
+
+def _server(answer: Any) -> tuple[ThreadingHTTPServer, str, list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({"path": self.path, "body": body, "port": self.client_address[1]})
+            status, headers, doc, drop = answer(len(seen))
+            data = json.dumps(doc).encode()
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            if drop:  # close without saying so, as a server timing out an idle keep-alive connection does
+                self.close_connection = True
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}", seen
+
+
+def test_a_dropped_keep_alive_connection_is_retried_on_a_fresh_one() -> None:
+    server, url, seen = _server(lambda n: (200, {}, {"n": n}, True))
+    try:
+        async def calls() -> list[Any]:
+            pool = ThreadPoolExecutor(max_workers=1)  # one thread: the second call reuses its socket
+            try:
+                return [await loopback_http.post_json(f"{url}/rollout?x=1", json.dumps({"i": i}).encode(),
+                                                      {"Content-Type": "application/json"}, 10, executor=pool)
+                        for i in range(3)]
+            finally:
+                pool.shutdown()
+
+        answers = asyncio.run(calls())
+        assert [a.json() for a in answers] == [{"n": 1}, {"n": 2}, {"n": 3}]
+        assert [s["body"]["i"] for s in seen] == [0, 1, 2] and seen[0]["path"] == "/rollout?x=1"
+    finally:
+        server.shutdown()
+
+
+def test_task_app_policy_calls_retry_a_busy_loopback_server() -> None:
+    server, url, seen = _server(lambda n: (429, {"Retry-After": "0"}, {"error": {"code": "rate_limited"}}, False)
+                                if n <= 2 else (200, {}, COMPLETION, False))
+    try:
+        completion = asyncio.run(inference.chat_completion(f"{url}/v1?cid=abc", {"model": "m", "messages": []},
+                                                           record=False))
+        assert completion["choices"][0]["message"]["content"] == "hi"
+        assert len(seen) == 3 and all(s["path"] == "/v1/chat/completions?cid=abc" for s in seen)
+    finally:
+        server.shutdown()
+
+
+def test_a_closed_loopback_port_is_an_inference_unreachable_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(InferenceError) as info:
+        asyncio.run(inference.chat_completion(f"http://127.0.0.1:{port}/v1", {"model": "m", "messages": []},
+                                              record=False))
+    assert info.value.code == "inference_unreachable" and "ConnectionRefusedError" in str(info.value)
+    assert not loopback_http.is_loopback_http("https://127.0.0.1:1/v1")
+    assert not loopback_http.is_loopback_http("http://example.com/v1")
