@@ -21,8 +21,10 @@ import os
 from typing import Any
 
 from synth_ai.backend.inference import generation
-from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel, _completion
+from synth_ai.backend.inference.batching import Batcher, Job
+from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel
 from synth_ai.backend.inference.policy_server import LocalPolicyServer, _NoStore
+from synth_ai.backend.inference.runner import completion
 from synth_ai.backend.trainers.rl.engine_choice import VLLM_INSTALL_HINT, VllmOptions, llm_kwargs
 from synth_ai.errors import UnavailableError
 
@@ -33,19 +35,34 @@ except ImportError as exc:  # the module is only imported when the vLLM engine w
                            hint=VLLM_INSTALL_HINT) from exc
 
 
-class _VllmInference(InferenceEngine):
-    """The backend's inference engine with vLLM as the sampler (see the module doc)."""
+class _VllmRunner:
+    """`batching.Runner` with vLLM as the sampler: every admission is generated whole by vLLM (which batches and
+    schedules internally), so there is never a running batch to step."""
 
-    def __init__(self, llm: Any) -> None:
-        super().__init__(_NoStore(), max_loaded=1)
+    def __init__(self, llm: Any, generate_lock: Any) -> None:
         self.llm = llm
+        self.lock = generate_lock
 
-    def _run_batch(self, jobs: list[Any]) -> None:
-        with self._generate_lock:
+    def admit(self, batch: Any, jobs: list[Job]) -> tuple[Any, list[Job]]:
+        self._generate(jobs)
+        return None, list(jobs)
+
+    def step(self, batch: Any) -> list[Job]:  # pragma: no cover - admit never leaves a batch running
+        return []
+
+    def run_alone(self, job: Job) -> None:
+        self._generate([job])
+
+    def abandon(self, batch: Any) -> list[Job]:
+        return []
+
+    def _generate(self, jobs: list[Job]) -> None:
+        with self.lock:
             ready = []
             for job in jobs:
                 try:
-                    ready.append((job, generation.encode(job.loaded, job.params, job.messages, job.images)))
+                    encoded = job.encoded or generation.encode(job.loaded, job.params, job.messages, job.images)
+                    ready.append((job, encoded))
                 except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
                     job.error = exc
             if not ready:
@@ -58,8 +75,20 @@ class _VllmInference(InferenceEngine):
                 sampled = output.outputs[0]
                 row.tokens = list(sampled.token_ids)[:row.max_tokens]
                 row.logprobs = [float(step[token].logprob) for step, token in zip(sampled.logprobs, row.tokens)]
-            for i, (job, encoded) in enumerate(ready):
-                job.result = _completion(job, encoded, [row for row in rows if row.request == i])
+        for i, (job, encoded) in enumerate(ready):
+            try:
+                job.result = completion(job, encoded, [row for row in rows if row.request == i])
+            except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
+                job.error = exc
+
+
+class _VllmInference(InferenceEngine):
+    """The backend's inference engine with vLLM as the sampler (see the module doc)."""
+
+    def __init__(self, llm: Any) -> None:
+        super().__init__(_NoStore(), max_loaded=1)
+        self.llm = llm
+        self.batcher = Batcher(_VllmRunner(llm, self._generate_lock))
 
 
 def _prompt(job: Any, encoded: generation.Encoded) -> dict[str, Any]:
