@@ -90,3 +90,39 @@ def test_a_closed_loopback_port_is_an_inference_unreachable_error() -> None:
     assert info.value.code == "inference_unreachable" and "ConnectionRefusedError" in str(info.value)
     assert not loopback_http.is_loopback_http("https://127.0.0.1:1/v1")
     assert not loopback_http.is_loopback_http("http://example.com/v1")
+
+
+def test_the_daemon_pool_bounds_its_threads_and_hands_back_results_and_errors():
+    import threading
+    import time
+
+    from synth_ai.loopback_http import DaemonPool
+
+    pool = DaemonPool(3, "pool-test")
+    running, peak, lock = 0, 0, threading.Lock()
+
+    def work(i: int) -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.01)
+        with lock:
+            running -= 1
+        if i == 7:
+            raise ValueError("seven")
+        return i * 2
+
+    futures = [pool.submit(work, i) for i in range(20)]
+    for i, future in enumerate(futures):
+        if i == 7:
+            with pytest.raises(ValueError, match="seven"):
+                future.result(timeout=10)
+        else:
+            assert future.result(timeout=10) == i * 2
+    assert peak <= 3 and len(pool._threads) <= 3
+    # daemons: a call stuck in a socket read cannot hold an interrupted command's exit
+    assert all(thread.daemon for thread in pool._threads)
+    pool.shutdown()
+    with pytest.raises(RuntimeError):
+        pool.submit(work, 1)

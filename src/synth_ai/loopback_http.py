@@ -10,14 +10,19 @@ matter) stays on httpx.
 `await post_json(url, data, headers, timeout_s)` returns an `Answer` (status code, headers, text, `json()`) or raises
 `LoopbackTimeout` / `LoopbackUnreachable` (message: the exception type and text). Each pool thread keeps one
 connection per (host, port); a keep-alive connection the server closed while idle is retried once on a fresh one.
+The pool's threads are daemons (`DaemonPool`): a request blocked in a socket read must not hold a command that was
+interrupted (Ctrl-C) or a worker that was cancelled until the read times out, as `ThreadPoolExecutor`'s threads,
+joined at interpreter exit, would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,21 +55,80 @@ def is_loopback_http(url: str) -> bool:
     return parts.scheme == "http" and (parts.hostname or "") in LOOPBACK
 
 
-_pool: ThreadPoolExecutor | None = None
+class DaemonPool(Executor):
+    """At most `max_workers` daemon threads, started as work arrives, taking calls from one queue."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        self.max_workers = max_workers
+        self.prefix = thread_name_prefix
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot submit to a pool that was shut down")
+            self._work.put((future, fn, args, kwargs))
+            if self._idle <= 0 and len(self._threads) < self.max_workers:
+                thread = threading.Thread(target=self._run, name=f"{self.prefix}-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            else:
+                self._idle -= 1  # an idle thread takes it (or, below zero, it waits for the next free one)
+        return future
+
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            future, fn, args, kwargs = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+                    future.set_exception(exc)
+            with self._lock:
+                self._idle += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in threads:
+            self._work.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+
+_pool: DaemonPool | None = None
 _pool_lock = threading.Lock()
 _local = threading.local()
 
 
-def _executor() -> ThreadPoolExecutor:
+def _executor() -> DaemonPool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="loopback-http")
+            _pool = DaemonPool(POOL_THREADS, "loopback-http")
         return _pool
 
 
 async def post_json(url: str, data: bytes, headers: dict[str, str], timeout_s: float, *,
-                    connect_timeout_s: float = CONNECT_TIMEOUT_S, executor: ThreadPoolExecutor | None = None
+                    connect_timeout_s: float = CONNECT_TIMEOUT_S, executor: Executor | None = None
                     ) -> Answer:
     """POST on `executor`'s threads (default: this module's shared pool). A caller whose requests wait on other
     loopback requests (the trainer's `/rollout` calls wait on the task app's policy calls, maybe in this very

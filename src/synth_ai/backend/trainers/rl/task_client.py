@@ -32,9 +32,7 @@ class TaskAppClient:
         self._httpx: Any = None
         self._threads: Any = None
         if loopback_http.is_loopback_http(self.base_url):
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._threads = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="rollout-http")
+            self._threads = loopback_http.DaemonPool(max(1, concurrency), "rollout-http")
         else:
             import httpx
 
