@@ -279,15 +279,18 @@ def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_rl_path_verifies_checks_and_reaches_the_backend(backend: BackendProcess, key_env: str, env_key: str,
-                                                          math_app: str) -> None:
-    result = run_cli("train", "--type", "rl", "--config", str(RL_CONFIG), "--task-url", math_app,
+                                                          math_app: str, tmp_path: Path) -> None:
+    # the docs' 4B config with a model this CPU backend accepts (a 4B job is refused at create: nothing here runs it)
+    config = tmp_path / "rl_small.toml"
+    config.write_text(RL_CONFIG.read_text().replace('base = "Qwen/Qwen3-4B"', 'base = "Qwen/Qwen3-0.6B"'))
+    result = run_cli("train", "--type", "rl", "--config", str(config), "--task-url", math_app,
                      "--backend", backend.url, "--no-poll")
     assert "Verification OK" in result.stdout, result.stdout + result.stderr
     assert "Task app healthy" in result.stdout
     assert "Sharing ENVIRONMENT_API_KEY (sk_e…ef) with the backend, sealed" in result.stdout
     assert "Creating the job: POST" in result.stdout
     # The backend probes the math app with the key it was given and queues the job (--no-poll: the client prints its
-    # id and leaves); it is cancelled here (its 4B model is not here to train).
+    # id and leaves); it is cancelled here (its 0.6B model is not here to train).
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "rljob_" in result.stdout and "(polling disabled)" in result.stdout
     assert ENV_KEY not in result.stdout + result.stderr
