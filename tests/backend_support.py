@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,21 @@ def build_tiny_models(store_root: Path, model_ids: tuple[str, ...] = (TINY_TEXT,
     out = subprocess.run([sys.executable, "-c", code, str(store_root), *model_ids], check=True, capture_output=True,
                          text=True, env=env, timeout=600)
     return [Path(line) for line in out.stdout.strip().splitlines()[-len(model_ids):]]
+
+
+def serve_backend(tmp_path_factory: Any, label: str, *, tiny: tuple[str, ...] = (),
+                  env: dict[str, str] | None = None) -> Iterator[BackendProcess]:
+    """Body of a module-scoped fixture: a backend in a fresh data dir (with the tiny models of `tiny` linked in,
+    built once per session), stopped after the module."""
+    data_dir = tmp_path_factory.mktemp(label) / "home"
+    data_dir.mkdir()
+    if tiny:
+        link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", tiny))
+    process = BackendProcess(data_dir, env=env).start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def link_tiny(data_dir: Path, built: list[Path]) -> None:

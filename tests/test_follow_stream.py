@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
+from backend_support import TINY_TEXT, BackendProcess, serve_backend
 from conftest import REPO_ROOT, run_cli
 from synth_ai.client.follow_stream import parse_frames
 
@@ -29,12 +29,7 @@ DATASET = REPO_ROOT / "examples" / "datasets" / "sft_math_small.jsonl"
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = tmp_path_factory.mktemp("stream") / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
-    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "stream", tiny=(TINY_TEXT,), env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"})
 
 
 @pytest.fixture

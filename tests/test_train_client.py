@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, wait_for
+from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, serve_backend, wait_for
 from conftest import REPO_ROOT, free_port, run_cli
 
 CONFIG = REPO_ROOT / "examples" / "configs" / "sft_tiny_local.toml"
@@ -24,12 +24,7 @@ RL_CONFIG = REPO_ROOT / "examples" / "configs" / "rl_text_qwen3_4b.toml"
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = tmp_path_factory.mktemp("backend") / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
-    process = BackendProcess(data_dir, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "backend", tiny=(TINY_TEXT,), env={"ENVIRONMENT_API_KEY": ENV_KEY})
 
 
 @pytest.fixture

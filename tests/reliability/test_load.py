@@ -19,7 +19,7 @@ from reliability.load_stats import LoadLog
 from reliability.load_taskapps import APPS, run_taskapp_load, scripted_policy
 from taskapp_support import scripted_model
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
+from backend_support import TINY_TEXT, BackendProcess, serve_backend
 
 FAST_CLIENTS, SOAK_CLIENTS = 30, 200
 FAST_ROLLOUTS, SOAK_ROLLOUTS = 20, 100
@@ -28,21 +28,14 @@ FAST_CRAFTER_ROLLOUTS = 6  # a crafter rollout builds a world and renders frames
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = tmp_path_factory.mktemp("load-backend") / "home"
-    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "load-backend", env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"})
 
 
 @pytest.fixture(scope="module")
 def inference_backend(tmp_path_factory: pytest.TempPathFactory):
     """A backend that can answer inference with the tiny local Qwen3 (built once per session)."""
-    data_dir = tmp_path_factory.mktemp("load-inference-backend") / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
-    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "load-inference-backend", tiny=(TINY_TEXT,),
+                             env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"})
 
 
 def _write(name: str, figures: dict, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from reliability.faults_checks import backend_records, duplicate_violations, key
 from reliability.faults_flows import run_flow
 from reliability.faults_proxy import FaultProxy, FaultRule
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
+from backend_support import TINY_TEXT, BackendProcess, serve_backend
 from conftest import REPO_ROOT
 
 CONFIG = REPO_ROOT / "examples" / "configs" / "sft_tiny_local.toml"
@@ -43,22 +43,15 @@ RULES = [
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = tmp_path_factory.mktemp("faults-backend") / "home"
-    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0",
-                                            "SYNTH_AI_BACKEND_CANCEL_GRACE_S": "2"}).start()
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "faults-backend", env={"SYNTH_AI_BACKEND_WARM_WORKER": "0",
+                                                                      "SYNTH_AI_BACKEND_CANCEL_GRACE_S": "2"})
 
 
 @pytest.fixture(scope="module")
 def training_backend(tmp_path_factory: pytest.TempPathFactory):
     """A backend that can train the tiny local Qwen3 (built once per session)."""
-    data_dir = tmp_path_factory.mktemp("faults-training-backend") / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
-    process = BackendProcess(data_dir, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "faults-training-backend", tiny=(TINY_TEXT,),
+                             env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"})
 
 
 def run_flows(backend: BackendProcess, workdir: Path, count: int, seed: int, monkeypatch,
