@@ -117,6 +117,21 @@ def deadline_error(jobs: Jobs, job_id: str, status: str | None, timeout: float) 
                          details={"job_id": job_id, "status": status})
 
 
+def status_text(job: dict[str, Any]) -> str:
+    return str(job.get("status") or job.get("state") or "").lower()
+
+
+def read_end(event: dict[str, Any], terminal: JobStatus | None, model: str | None
+             ) -> tuple[JobStatus | None, str | None]:
+    """What an event says about the job's end: a terminal status (the first one seen wins) and the
+    `fine_tuned_model` it names, if any."""
+    terminal = terminal or TERMINAL_EVENTS.get(str(event.get("type", "")))
+    data = event.get("data")
+    if isinstance(data, dict) and isinstance(data.get("fine_tuned_model"), str):
+        model = data["fine_tuned_model"]
+    return terminal, model
+
+
 def command_deadline_passed(exc: SynthError) -> bool:
     """The command's own deadline passed inside a call (a backend that stopped answering): stop, don't retry."""
     return isinstance(exc, DeadlineError) and isinstance(exc.details, dict) and bool(exc.details.get("deadline"))
@@ -169,9 +184,9 @@ def follow_job(
         backlog = False  # a full page came back: more is waiting, read it before stopping or sleeping
         try:
             job = jobs.get(job_id)
-            status_text = str(job.get("status") or job.get("state") or "").lower()
-            if status_text and status_text != last_status:
-                last_status = status_text
+            text = status_text(job)
+            if text and text != last_status:
+                last_status = text
                 on_update(Update("status", job))
             seq_before, step_before = since_seq, after_step
             events = jobs.events(job_id, since_seq=since_seq, limit=EVENTS_PAGE)
@@ -180,10 +195,7 @@ def follow_job(
                 if isinstance(seq, int):
                     since_seq = max(since_seq, seq)
                 on_update(Update("event", event))
-                terminal = terminal or TERMINAL_EVENTS.get(str(event.get("type", "")))
-                data = event.get("data")
-                if isinstance(data, dict) and isinstance(data.get("fine_tuned_model"), str):
-                    event_model = data["fine_tuned_model"]
+                terminal, event_model = read_end(event, terminal, event_model)
             page = jobs.metrics(job_id, after_step=after_step, limit=METRICS_PAGE)
             for point in page:
                 step = point.get("step")

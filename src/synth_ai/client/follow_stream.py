@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from synth_ai.client.follow import (
-    TERMINAL_EVENTS,
     FollowResult,
     JobStatus,
     Update,
@@ -25,6 +24,8 @@ from synth_ai.client.follow import (
     deadline_error,
     hung_call_error,
     lost_contact_error,
+    read_end,
+    status_text,
 )
 from synth_ai.client.resources import Jobs
 from synth_ai.errors import DeadlineError, NetworkError, ServerError, SynthError
@@ -101,17 +102,14 @@ def stream_job(
                         return confirm_end(jobs, job_id, job, terminal, event_model)
                     if frame.kind == "status":
                         job = frame.data
-                        status_text = str(job.get("status") or job.get("state") or "").lower()
-                        if status_text and status_text != last_status:
-                            last_status = status_text
+                        text = status_text(job)
+                        if text and text != last_status:
+                            last_status = text
                             on_update(Update("status", job))
                     elif frame.kind in ("event", "metric", "timeline"):
                         on_update(Update(frame.kind, frame.data))
                         if frame.kind == "event":
-                            terminal = terminal or TERMINAL_EVENTS.get(str(frame.data.get("type", "")))
-                            data = frame.data.get("data")
-                            if isinstance(data, dict) and isinstance(data.get("fine_tuned_model"), str):
-                                event_model = data["fine_tuned_model"]
+                            terminal, event_model = read_end(frame.data, terminal, event_model)
                     if clock() >= deadline:
                         raise deadline_error(jobs, job_id, last_status, timeout)
             raise NetworkError(f"The event stream of job {job_id} closed before the job ended.")
