@@ -163,6 +163,27 @@ def test_following_outlasts_a_run_of_429s_longer_than_the_transport_retries(back
     assert len(injected) == 5 and len(sleeps) == 4  # the transport retried 4 times, then the follow polled again
 
 
+def test_the_event_stream_outlasts_a_run_of_429s_like_polling_does(backend, tmp_path):
+    """429s on the live stream reconnect (as a poll would try again) instead of ending the follow."""
+    from reliability.faults_flows import dataset_for, open_flow_api, sft_body
+
+    from backend_support import upload
+    from synth_ai.client.follow import follow_job
+
+    with backend.client() as client:
+        file_id = upload(client, dataset_for(tmp_path, "stream-429")).json()["id"]
+        job_id = client.post("/learning/jobs", json=sft_body(file_id)).json()["id"]
+        client.post(f"/learning/jobs/{job_id}/cancel").raise_for_status()
+    rules = [FaultRule(r"GET /api/learning/jobs/[^/]+/events/stream", ("status:429",), rate=1.0, limit=3)]
+    with FaultProxy(backend.url, rules) as proxy:
+        api = open_flow_api(f"{proxy.url}/api", backend.key, "stream-429", [])
+        result = follow_job(api.sft, job_id, interval=1.0, timeout=60, sleep=lambda s: None)
+        api.close()
+        streams = [a for a in proxy.log() if a.target.split("?", 1)[0].endswith("/events/stream")]
+    assert result.status == "cancelled"
+    assert sum(1 for a in streams if a.fault) == 3 and len(streams) >= 4  # three refused, then one read to the end
+
+
 def test_a_task_apps_policy_call_survives_dropped_connections():
     """A chat completion whose connection breaks before the answer is sent again (twice at most)."""
     import asyncio

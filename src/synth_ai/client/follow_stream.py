@@ -23,12 +23,13 @@ from synth_ai.client.follow import (
     confirm_end,
     deadline_error,
     hung_call_error,
+    TRANSIENT_ERRORS,
     lost_contact_error,
     read_end,
     status_text,
 )
 from synth_ai.client.resources import Jobs
-from synth_ai.errors import DeadlineError, NetworkError, ServerError, SynthError
+from synth_ai.errors import NetworkError, SynthError
 
 # The server sends a keep-alive after 10 s without news; this long without a byte means the connection is dead.
 SILENCE_LIMIT_S = 35.0
@@ -113,7 +114,7 @@ def stream_job(
                     if clock() >= deadline:
                         raise deadline_error(jobs, job_id, last_status, timeout)
             raise NetworkError(f"The event stream of job {job_id} closed before the job ended.")
-        except (NetworkError, ServerError, DeadlineError) as exc:
+        except TRANSIENT_ERRORS as exc:  # the poller's rule: reconnect, and a run of them ends the follow
             if command_deadline_passed(exc):
                 raise hung_call_error(jobs, job_id, exc) from None
             if clock() >= deadline:
