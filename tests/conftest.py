@@ -68,6 +68,22 @@ def run_cli(*args: str) -> CLIResult:
     return CLIResult(code, out.getvalue(), err.getvalue())
 
 
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Both tiny models (Qwen3, Qwen3-VL), built once per session in the store the ML test modules share."""
+    from backend_support import build_tiny_models
+
+    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data")
+
+
+@pytest.fixture(scope="session")
+def tiny_text_models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The tiny Qwen3 alone (the same shared store)."""
+    from backend_support import TINY_TEXT, build_tiny_models
+
+    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
+
+
 @pytest.fixture
 def cli():
     return run_cli

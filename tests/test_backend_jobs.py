@@ -12,7 +12,6 @@ import time
 import pytest
 from backend_support import (
     BackendProcess,
-    build_tiny_models,
     chat_jsonl,
     events,
     job_status,
@@ -27,12 +26,6 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory) -> list:
-    """Both tiny models, built once per session in the store the ML test modules share."""
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data")
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import signal
 import pytest
 from backend_support import (
     BackendProcess,
-    build_tiny_models,
     chat_jsonl,
     events,
     job_status,
@@ -29,11 +28,6 @@ pytest.importorskip("peft")
 pytestmark = pytest.mark.slow
 
 FINISHED = {"succeeded", "failed", "cancelled"}
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory) -> list:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from synth_ai.backend.db import Database
 from synth_ai.backend.jobs import JobStore
 
-from backend_support import (BackendProcess, build_tiny_models, chat_jsonl, job_status, link_tiny, sft_body, upload,
+from backend_support import (BackendProcess, chat_jsonl, job_status, link_tiny, sft_body, upload,
                              wait_for)
 from dashboard_support import HOSTILE, artifacts_dir, chromium_path, write_eval_traces
 
@@ -22,11 +22,6 @@ pytestmark = pytest.mark.slow
 WAIT_S = 120
 WAIT_MS = WAIT_S * 1000
 # (page.wait_for_function would evaluate a string in the page, which the dashboard's CSP refuses: polled here)
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory) -> list:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data")
 
 
 @contextmanager

@@ -12,7 +12,6 @@ import pytest
 from backend_support import (
     TINY_TEXT,
     BackendProcess,
-    build_tiny_models,
     chat_jsonl,
     events,
     link_tiny,
@@ -29,11 +28,6 @@ pytestmark = pytest.mark.slow
 STEPS = 12
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory) -> list:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
-
-
 def _alive(pid: int) -> bool:
     try:
         state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
@@ -42,9 +36,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_models):
+def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_text_models):
     data = tmp_path / "data"
-    link_tiny(data, tiny_models)
+    link_tiny(data, tiny_text_models)
     volume = tmp_path / "volume"
     env = {"SYNTH_AI_BACKEND_EXECUTOR": "modal", "MODAL_TOKEN_ID": "ak-offline", "MODAL_TOKEN_SECRET": "as-offline",
            "SYNTH_AI_MODAL_EMULATE": str(volume), "SYNTH_AI_MODAL_POLL_S": "0.3", "SYNTH_AI_BACKEND_WARM_WORKER": "0",

@@ -11,7 +11,6 @@ import pytest
 from backend_support import (
     TINY_TEXT,
     BackendProcess,
-    build_tiny_models,
     chat_jsonl,
     events,
     link_tiny,
@@ -28,14 +27,9 @@ pytestmark = pytest.mark.slow
 STEPS = 3
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory) -> list:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
-
-
-def _backend(root, tiny_models, name: str, **env: str) -> BackendProcess:
+def _backend(root, tiny_text_models, name: str, **env: str) -> BackendProcess:
     data = root / name
-    link_tiny(data, tiny_models)
+    link_tiny(data, tiny_text_models)
     no_modal = {"MODAL_CONFIG_PATH": str(root / "no-modal.toml"), "MODAL_TOKEN_ID": "", "MODAL_TOKEN_SECRET": ""}
     return BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0", "SYNTH_AI_BACKEND_GPUS": "0",
                                      **no_modal, **env}).start()
@@ -107,15 +101,15 @@ def _loss(api, job_id: str) -> dict[int, float]:
     return {p["step"]: p["value"] for p in points}
 
 
-def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path, tiny_models):
+def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path, tiny_text_models):
     data = chat_jsonl(tmp_path / "chat.jsonl", n=12)
-    pair = _backend(tmp_path, tiny_models, "pair", SYNTH_AI_BACKEND_EXECUTOR="torchrun",
+    pair = _backend(tmp_path, tiny_text_models, "pair", SYNTH_AI_BACKEND_EXECUTOR="torchrun",
                     SYNTH_AI_BACKEND_TORCHRUN_NPROC="2", SYNTH_AI_BACKEND_MAX_JOBS="2")
     try:
         # 2 ranks, 1 micro-batch each == one process, 2 micro-batches a step (same global batch, same order)
         api2, job2 = _submit(pair, data, gradient_accumulation_steps=1)
         _, long_job = _submit(pair, data, gradient_accumulation_steps=1, total_steps=100000)  # to cancel, below
-        one = _one_process_loss(tmp_path, tiny_models[0].parents[2], data, gradient_accumulation_steps=2)  # meanwhile, here
+        one = _one_process_loss(tmp_path, tiny_text_models[0].parents[2], data, gradient_accumulation_steps=2)  # meanwhile, here
         row2 = _finished(api2, job2, pair)
         assert row2["fine_tuned_model"] == f"ft:{TINY_TEXT}:{job2}"  # same model ids whichever executor ran it
         started = [e for e in events(api2, job2) if e["type"] == "sft.training.started"]

@@ -25,7 +25,6 @@ import pytest
 from backend_support import (
     TINY_TEXT,
     BackendProcess,
-    build_tiny_models,
     chat_jsonl,
     events,
     job_status,
@@ -42,11 +41,6 @@ pytest.importorskip("transformers")
 SEED = int(os.environ.get("SYNTH_CRASH_SEED", "14"))
 ENV_KEY = "sk_env_crashes_0123456789abcdef"
 TERMINAL = {"succeeded", "failed", "cancelled"}
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory) -> list[Path]:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
 
 
 @pytest.fixture
@@ -87,9 +81,9 @@ def _blobs_keep_their_sha256(data: Path) -> int:
     return len(blobs)
 
 
-def test_sft_worker_killed_resumes_from_its_checkpoint(tmp_path, tiny_models, rng):
+def test_sft_worker_killed_resumes_from_its_checkpoint(tmp_path, tiny_text_models, rng):
     data = tmp_path / "data"
-    link_tiny(data, tiny_models)
+    link_tiny(data, tiny_text_models)
     backend = BackendProcess(data).start()
     try:
         with backend.client() as api:
@@ -122,9 +116,9 @@ def test_sft_worker_killed_resumes_from_its_checkpoint(tmp_path, tiny_models, rn
         backend.stop()
 
 
-def test_a_job_whose_every_attempt_is_killed_fails_with_each_reason(tmp_path, tiny_models):
+def test_a_job_whose_every_attempt_is_killed_fails_with_each_reason(tmp_path, tiny_text_models):
     data = tmp_path / "data"
-    link_tiny(data, tiny_models)
+    link_tiny(data, tiny_text_models)
     backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_MAX_ATTEMPTS": "2"}).start()
     try:
         with backend.client() as api:
@@ -148,13 +142,13 @@ def test_a_job_whose_every_attempt_is_killed_fails_with_each_reason(tmp_path, ti
         backend.stop()
 
 
-def test_rl_worker_killed_resumes_from_its_checkpoint(tmp_path, tiny_models, rng, monkeypatch):
+def test_rl_worker_killed_resumes_from_its_checkpoint(tmp_path, tiny_text_models, rng, monkeypatch):
     from rl_support import quiz_app, rl_body
     from taskapp_support import running_app
 
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     data = tmp_path / "data"
-    link_tiny(data, tiny_models)
+    link_tiny(data, tiny_text_models)
     iterations = 3
     backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
     try:
@@ -320,12 +314,12 @@ def _stored(db: Path) -> int:
 
 @pytest.mark.soak
 @pytest.mark.parametrize("round_", range(int(os.environ.get("SYNTH_CRASH_ROUNDS", "6"))))
-def test_soak_random_kills_of_backend_or_worker_settle_every_job(tmp_path, tiny_models, round_):
+def test_soak_random_kills_of_backend_or_worker_settle_every_job(tmp_path, tiny_text_models, round_):
     """Each round: an SFT job, one `kill -9` of the backend or of the worker at a random step; after the restart
     (backend) or the respawn (worker) the job ends succeeded, or failed with a reason; never stuck, never silent."""
     rng = random.Random(f"{SEED}:soak:{round_}")
     data = tmp_path / "data"
-    link_tiny(data, tiny_models)
+    link_tiny(data, tiny_text_models)
     backend = BackendProcess(data).start()
     target = rng.choice(["backend", "worker"])
     steps = 80
