@@ -21,41 +21,37 @@ accelerator that vouches for clean records and sends everything else here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from synth_ai.datasets.images import DEFAULT_MAX_IMAGE_BYTES, check_image_url
+# The rules' shared context and the tool rules live in their own modules; the short aliases keep the rule code
+# below as it was.
+from synth_ai.datasets.checking import RecordOptions, RecordResult
+from synth_ai.datasets.checking import RuleContext as _Ctx
+from synth_ai.datasets.checking import show_value as _show
+from synth_ai.datasets.checking import type_name as _type
+from synth_ai.datasets.image_parts import IMAGE_PART_TYPES, trim_images, trim_message_images
+from synth_ai.datasets.image_parts import count_images as _count_images
+from synth_ai.datasets.images import check_image_url
+from synth_ai.datasets.tool_rules import check_tool_call as _check_tool_call
+from synth_ai.datasets.tool_rules import check_tools as _check_tools
 
 ROLES = ("system", "user", "assistant", "tool")
 ROLE_SET = frozenset(ROLES)
 LEGACY_IMAGE_FIELDS = ("images", "image", "image_url")
 _MESSAGE_STRING_FIELDS = ("name", "reasoning", "raw_content")
-IMAGE_PART_TYPES = ("image_url", "image")
 
-
-@dataclass(slots=True)
-class RecordOptions:
-    """What a record is checked against. `vision` None means no model was named (no image gating/trimming)."""
-
-    min_messages: int = 2
-    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    model_id: str | None = None
-    vision: bool | None = None
-    max_images_per_message: int | None = None  # None: no limit
-    normalize: bool = False
-
-
-@dataclass(slots=True)
-class RecordResult:
-    errors: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    record: dict[str, Any] | None = None
-    messages: int = 0
-    images: int = 0
-    images_dropped: int = 0
-    tool_calls: int = 0
-    text_chars: int = 0
+__all__ = [
+    "IMAGE_PART_TYPES",
+    "LEGACY_IMAGE_FIELDS",
+    "ROLES",
+    "ROLE_SET",
+    "RecordOptions",
+    "RecordResult",
+    "check_line",
+    "check_record",
+    "trim_images",
+    "trim_message_images",
+]
 
 
 def check_line(raw: bytes | memoryview, options: RecordOptions) -> RecordResult:
@@ -79,18 +75,6 @@ def check_record(obj: Any, options: RecordOptions) -> RecordResult:
     if options.normalize and not res.errors:
         res.record = record
     return res
-
-
-class _Ctx:
-    __slots__ = ("opts", "res", "normalize")
-
-    def __init__(self, opts: RecordOptions) -> None:
-        self.opts = opts
-        self.res = RecordResult()
-        self.normalize = opts.normalize
-
-    def error(self, text: str) -> None:
-        self.res.errors.append(text)
 
 
 def _check_record(obj: Any, ctx: _Ctx) -> dict[str, Any] | None:
@@ -290,142 +274,3 @@ def _legacy_images(obj: dict[str, Any], ctx: _Ctx) -> list[tuple[str, dict[str, 
             if checked is not None:
                 found.append((name, {"type": "image_url", "image_url": {"url": checked}}))
     return found
-
-
-def _check_tool_call(call: Any, i: int, j: int, ctx: _Ctx) -> dict[str, Any] | None:
-    where = f"message {i} tool_call {j}"
-    if not isinstance(call, dict):
-        ctx.error(f"{where} is not an object (found {_type(call)})")
-        return None
-    fn = call.get("function")
-    name: Any = None
-    arguments: Any = None
-    if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-        name, arguments = fn["name"], fn.get("arguments")
-    elif isinstance(call.get("name"), str):
-        name, arguments = call["name"], call.get("arguments")
-    if not isinstance(name, str) or not name.strip():
-        ctx.error(f"{where} missing function name (expected function.name or name)")
-        return None
-    ctx.res.text_chars += len(name)
-    if arguments is None:
-        arguments = {}
-    elif isinstance(arguments, str):
-        ctx.res.text_chars += len(arguments)
-        if arguments.strip():
-            try:
-                arguments = json.loads(arguments)
-            except (ValueError, RecursionError) as exc:
-                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-                ctx.error(f"{where}: arguments string is not valid JSON ({msg})")
-                return None
-        else:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            ctx.error(f"{where}: arguments must decode to a JSON object (found {_type(arguments)})")
-            return None
-    elif not isinstance(arguments, dict):
-        ctx.error(f"{where}: arguments must be an object or a JSON string (found {_type(arguments)})")
-        return None
-    if not ctx.normalize:
-        return None
-    out: dict[str, Any] = {}
-    if call.get("id") is not None:
-        out["id"] = str(call["id"])
-    out["type"] = "function"
-    out["function"] = {"name": name, "arguments": arguments}
-    return out
-
-
-def _check_tools(tools: Any, ctx: _Ctx) -> list[Any]:
-    if not isinstance(tools, list):
-        ctx.error(f"tools must be provided as a list when present (found {_type(tools)})")
-        return []
-    out: list[Any] = []
-    for k, tool in enumerate(tools):
-        where = f"tool {k}"
-        if not isinstance(tool, dict):
-            ctx.error(f"{where} is not an object (found {_type(tool)})")
-            continue
-        spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-        name = spec.get("name")
-        if not isinstance(name, str) or not name.strip():
-            ctx.error(f"{where} missing name (expected a non-empty string)")
-            continue
-        description = spec.get("description")
-        if description is not None and not isinstance(description, str):
-            ctx.error(f"{where} description must be a string if present (found {_type(description)})")
-            continue
-        parameters = spec.get("parameters")
-        if parameters is not None and not isinstance(parameters, dict):
-            ctx.error(f"{where} parameters must be an object if present (found {_type(parameters)})")
-            continue
-        fn: dict[str, Any] = {"name": name}
-        if description is not None:
-            fn["description"] = description
-        if parameters is not None:
-            fn["parameters"] = parameters
-        out.append({"type": "function", "function": fn})
-    return out
-
-
-def _count_images(content: Any) -> int:
-    if not isinstance(content, list):
-        return 0
-    return sum(1 for part in content if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES)
-
-
-def trim_message_images(message: dict[str, Any], limit: int) -> tuple[dict[str, Any], int]:
-    """Keep the first `limit` image parts of one message (text parts untouched); return it and the number dropped."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message, 0
-    kept: list[Any] = []
-    seen = dropped = 0
-    for part in content:
-        if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
-            seen += 1
-            if seen > limit:
-                dropped += 1
-                continue
-        kept.append(part)
-    if not dropped:
-        return message, 0
-    return {**message, "content": kept}, dropped
-
-
-def trim_images(messages: Sequence[dict[str, Any]], max_per_message: int) -> tuple[list[dict[str, Any]], int]:
-    """Apply `trim_message_images` to every message: what the trainer does with a model's image limit.
-
-    Returns new messages (inputs are not modified) and the total number of image parts dropped.
-    """
-    if max_per_message < 0:
-        raise ValueError("max_per_message must be >= 0")
-    out: list[dict[str, Any]] = []
-    total = 0
-    for message in messages:
-        trimmed, dropped = trim_message_images(message, max_per_message)
-        out.append(trimmed)
-        total += dropped
-    return out, total
-
-
-def _type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) else _type(value)
-    return text if len(text) <= 40 else text[:37] + "..."
