@@ -8,52 +8,20 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
 
 from synth_ai.cli.output import Output
+from synth_ai.cli.view_base import HIDDEN_EVENTS, SUMMARY_METRICS, View, number, stamp, update_line
 from synth_ai.client.follow import Update
 from synth_ai.env.secrets import redact
 
-# Event types synth-ai 0.2.17 hid by default (noise next to the metrics that carry the same numbers).
-HIDDEN_EVENTS = {
-    "sft.progress", "sft.loss", "sft.upstream.status", "sft.created", "sft.pricing.check.requested",
-    "sft.pricing.check.allowed", "sft.stage", "snapshot.fetch", "sft.running", "sft.status", "sft.worker.alive",
-    "sft.dispatch.selected", "sft.config.prepared", "sft.strategy.selected", "sft.training.args",
-}
 CHART_METRIC = "train.loss"
 # What the chart draws and the final summary reports: SFT's loss, and RL's loss, mean reward and eval return.
 CHART_SERIES = ("train.loss", "loss", "reward.mean", "eval.mean_return")
-SUMMARY_METRICS = ("reward.mean", "eval.mean_return", "loss", "train.loss", "val.loss")
-# RL events whose numbers are the point: shown after the message when it does not already carry them.
-NUMERIC_EVENTS = {"rl.train.step", "rl.eval.summary"}
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def _stamp() -> str:
-    return time.strftime("%H:%M:%S")
-
-
-class _View:
-    """What every view remembers: the latest value of each metric, for the summary after the job ends."""
-
-    def __init__(self) -> None:
-        self.latest: dict[str, tuple[int, float]] = {}
-
-    def remember(self, update: Update) -> None:
-        data = update.data
-        value = data.get("value")
-        if update.kind == "metric" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            step = data.get("step") if isinstance(data.get("step"), int) else -1
-            if step >= self.latest.get(str(data.get("name")), (-2, 0.0))[0]:
-                self.latest[str(data.get("name"))] = (step, float(value))
-
-    def summary(self) -> list[str]:
-        return [f"{name} = {_number(value)} (step {step})" for name in SUMMARY_METRICS
-                if name in self.latest for step, value in [self.latest[name]]]
-
-
-class LineView(_View):
+class LineView(View):
     """One line per update, like the reference's CLI streamer."""
 
     def __init__(self, out: Output, *, show_all_events: bool = False) -> None:
@@ -69,30 +37,13 @@ class LineView(_View):
             return
         line = update_line(update, show_all_events=self.show_all_events)
         if line is not None:
-            self.out.info(f"[{_stamp()}] {line}")
+            self.out.info(f"[{stamp()}] {line}")
 
     def close(self) -> None:
         pass
 
 
-def update_line(update: Update, *, show_all_events: bool = False) -> str | None:
-    """The text of one update as the CLI streamer shows it; None for an event hidden by default."""
-    data = update.data
-    if update.kind == "status":
-        return f"status={data.get('status') or data.get('state')}"
-    if update.kind == "event":
-        if not show_all_events and data.get("type") in HIDDEN_EVENTS:
-            return None
-        line = f"[{data.get('seq')}] {data.get('type')} ({data.get('level', 'info')}): {data.get('message', '')}"
-        if data.get("type") in NUMERIC_EVENTS:
-            line += _numbers_not_in(data.get("data"), str(data.get("message", "")))
-        return line
-    if update.kind == "metric":
-        return f"{data.get('name')}={_number(data.get('value'))} (step={data.get('step')})"
-    return f"timeline={data.get('phase')}"
-
-
-class ChartView(_View):
+class ChartView(View):
     """A live panel with the loss curve and, for RL, the mean reward and eval return (`--stream-format chart`); other
     updates feed its status line."""
 
@@ -131,8 +82,8 @@ class ChartView(_View):
                 continue
             step, value = points[-1]
             values = [v for _, v in points]
-            lines.append(f"{name:<16} {sparkline(values[-80:])}\n{'':<16} step {step}: {_number(value)}   "
-                         f"min {_number(min(values))}   max {_number(max(values))}")
+            lines.append(f"{name:<16} {sparkline(values[-80:])}\n{'':<16} step {step}: {number(value)}   "
+                         f"min {number(min(values))}   max {number(max(values))}")
         body = "\n".join(lines) or "(waiting for the first loss or reward value)"
         body += f"\nstatus: {self.status}" + (f"   last event: {self.last_event}" if self.last_event else "")
         return Panel(redact(body), title="training", expand=False)
@@ -147,19 +98,6 @@ def sparkline(values: list[float]) -> str:
     low, high = min(values), max(values)
     span = (high - low) or 1.0
     return "".join(_BLOCKS[min(len(_BLOCKS) - 1, int((v - low) / span * (len(_BLOCKS) - 1) + 0.5))] for v in values)
-
-
-def _number(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _numbers_not_in(data: Any, message: str, limit: int = 6) -> str:
-    """`  (reward_mean=0.5, loss=0.01)`: an event's numeric fields its message does not already show."""
-    if not isinstance(data, dict):
-        return ""
-    parts = [f"{k}={_number(v)}" for k, v in data.items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool) and str(k) not in message][:limit]
-    return f"  ({', '.join(parts)})" if parts else ""
 
 
 def make_view(out: Output, stream_format: str, job_id: str = ""):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from synth_ai.cli.follow_view import _number, _stamp, _View, update_line
 from synth_ai.cli.output import Output
+from synth_ai.cli.view_base import View, number, stamp, update_line
 from synth_ai.client.follow import Update
 from synth_ai.env.secrets import redact
 
@@ -18,7 +18,7 @@ LOSS_METRICS = ("train.loss", "loss")
 TOTAL_FIELDS = ("total_steps", "iterations")
 
 
-class ProgressView(_View):
+class ProgressView(View):
     def __init__(self, out: Output, job_id: str = "") -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -46,7 +46,7 @@ class ProgressView(_View):
                 self._event_numbers(data.get("data"))
             line = update_line(update)
             if line is not None:
-                self.progress.console.print(redact(f"[{_stamp()}] {line}"), markup=False, highlight=False)
+                self.progress.console.print(redact(f"[{stamp()}] {line}"), markup=False, highlight=False)
         self.progress.update(self.task, total=self.total, completed=self.done, description=self._description(),
                              stats=redact(self._stats_text()))
 
@@ -83,12 +83,12 @@ class ProgressView(_View):
     def _stats_text(self) -> str:
         parts = []
         if "epoch" in self.stats:
-            parts.append(f"epoch {_number(float(self.stats['epoch']))}")
+            parts.append(f"epoch {number(float(self.stats['epoch']))}")
         if "tok/s" in self.stats:
             parts.append(f"{self.stats['tok/s']:,.0f} tok/s")
         for key in ("loss", "reward", "eval"):
             if key in self.stats:
-                parts.append(f"{key} {_number(float(self.stats[key]))}")
+                parts.append(f"{key} {number(float(self.stats[key]))}")
         return "  ".join(parts)
 
     def close(self) -> None:
