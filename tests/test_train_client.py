@@ -124,18 +124,18 @@ def test_poll_timeout_ends_with_resume_command(backend: BackendProcess, key_env:
     long = tmp_path / "long.toml"
     long.write_text(CONFIG.read_text().replace("n_epochs = 3", "n_epochs = 400"))
     result = run_cli("train", "--config", str(long), "--dataset", str(DATASET), "--backend", backend.url,
-                     "--poll-interval", "0.1", "--poll-timeout", "0.5")
+                     "--poll-interval", "0.1", "--poll-timeout", "3")  # the whole command's deadline: room to submit
     assert result.exit_code == 7, result.stdout + result.stderr
     assert "--poll-timeout" in result.stderr
-    assert "synth-ai jobs events job_" in result.stderr
-    job_id = result.stderr.split("synth-ai jobs events ")[1].split()[0]
+    assert "synth-ai jobs follow job_" in result.stderr
+    job_id = result.stderr.split("synth-ai jobs follow ")[1].split()[0]
     # The resume command reaches the same backend (a bare one would ask the default backend, not --backend's).
-    assert f"synth-ai jobs events {job_id} --follow --backend {backend.url}/api" in result.stderr
+    assert f"synth-ai jobs follow {job_id} --backend {backend.url}/api" in result.stderr
     cancelled = run_cli("--json", "jobs", "cancel", job_id, "--backend", backend.url)
     assert cancelled.exit_code == 0
     with backend.client() as client:
         wait_for(lambda: client.get(f"/learning/jobs/{job_id}").json()["status"] == "cancelled", what="cancel")
-    followed = run_cli("jobs", "events", job_id, "--follow", "--backend", backend.url)
+    followed = run_cli("jobs", "follow", job_id, "--backend", backend.url)  # the resume command, as printed
     assert followed.exit_code == 6, "a cancelled job exits with the job-failed code"
     assert f"synth-ai jobs events {job_id} --backend {backend.url}/api" in followed.stderr
 
@@ -230,7 +230,7 @@ def test_ctrl_c_detaches_without_cancelling(backend: BackendProcess, key_env: st
     result = run_cli("train", "--config", str(long), "--dataset", str(DATASET), "--backend", backend.url)
     assert result.exit_code == 130
     assert "Detached from job" in result.stderr and "keeps running" in result.stderr
-    job_id = result.stderr.split("synth-ai jobs events ")[1].split()[0]
+    job_id = result.stderr.split("Resume with: synth-ai jobs follow ")[1].split()[0]
     with backend.client() as client:
         assert client.get(f"/learning/jobs/{job_id}").json()["status"] in {"queued", "running"}
         client.post(f"/learning/jobs/{job_id}/cancel")

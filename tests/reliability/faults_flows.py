@@ -10,8 +10,8 @@ Kinds of flow, each with the end it must reach:
 
 A flow that ends in a transient error (the transport gave up after its retries) is run again, as a user does after
 the error's hint: before its job exists, the same command again (the idempotency keys it stored make the re-run
-find the same file and the same job); once the job exists, only the cancel and the follow again (`jobs events ID
---follow`, the hint a follow failure prints; re-running `train` after the job was cancelled would rightly start a
+find the same file and the same job); once the job exists, only the cancel and the follow again (`jobs follow
+ID`, the hint a follow failure prints; re-running `train` after the job was cancelled would rightly start a
 new job). Each flow has its own key store, its own dataset (unique content) and a recorder for the
 transport's retry sleeps, which are not really slept.
 """

@@ -44,7 +44,7 @@ def test_following_a_job_on_a_silent_backend_stops_at_its_deadline(repo_cwd):
     assert result.exit_code == 7, result.stdout + result.stderr
     # the embedded backend's follow reads the job's event stream, so that is the call that hung
     assert f"GET {server.url}/api/learning/jobs/job_x/events/stream got no answer" in result.stderr
-    assert "--poll-timeout 1 s" in result.stderr and "Resume with: synth-ai jobs events job_x" in result.stderr
+    assert "--poll-timeout 1 s" in result.stderr and "Resume with: synth-ai jobs follow job_x --backend" in result.stderr
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
@@ -114,7 +114,7 @@ def test_ctrl_c_while_following_says_how_to_resume(tmp_path, monkeypatch: pytest
         backend.stop()
     assert result.exit_code == 130, result.stdout + result.stderr
     assert f"Detached from job {job_id}" in result.stderr
-    assert f"Resume with: synth-ai jobs events {job_id} --follow" in result.stderr
+    assert f"Resume with: synth-ai jobs follow {job_id} --backend {backend.url}/api" in result.stderr
 
 
 def test_ctrl_c_before_the_job_exists_says_to_run_the_same_command(repo_cwd):

@@ -108,7 +108,8 @@ def job_flags(jobs: Jobs | None) -> str:
 
 
 def resume_command(job_id: str, jobs: Jobs | None = None) -> str:
-    return f"synth-ai jobs events {job_id} --follow{job_flags(jobs)}"
+    """The command that picks the job up again (`jobs events ID --follow` does the same under its old name)."""
+    return f"synth-ai jobs follow {job_id}{job_flags(jobs)}"
 
 
 def deadline_error(jobs: Jobs, job_id: str, status: str | None, timeout: float) -> DeadlineError:
