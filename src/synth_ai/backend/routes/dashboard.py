@@ -10,6 +10,7 @@ scripts, `eval` and every origin but this one.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -141,17 +142,20 @@ def evals(request: Request) -> dict[str, Any]:
     return eval_runs.list_runs(get_backend(request).settings.traces)
 
 
-@router.get("/dashboard/evals/{database}/runs/{run_id:path}")
-def eval_run(request: Request, database: str, run_id: str) -> dict[str, Any]:
+def _read_or_404(read: Callable[[list[Path], str, str], dict[str, Any]], request: Request, database: str,
+                 key: str) -> dict[str, Any]:
+    """One eval read of a configured trace database; a database, run or session that is not there answers 404."""
     try:
-        return eval_runs.run_detail(get_backend(request).settings.traces, database, run_id)
+        return read(get_backend(request).settings.traces, database, key)
     except NotFoundError as exc:
         raise ApiError(404, "not_found", exc.message, hint=exc.hint) from None
+
+
+@router.get("/dashboard/evals/{database}/runs/{run_id:path}")
+def eval_run(request: Request, database: str, run_id: str) -> dict[str, Any]:
+    return _read_or_404(eval_runs.run_detail, request, database, run_id)
 
 
 @router.get("/dashboard/evals/{database}/sessions/{session_id:path}")
 def eval_session(request: Request, database: str, session_id: str) -> dict[str, Any]:
-    try:
-        return eval_runs.transcript(get_backend(request).settings.traces, database, session_id)
-    except NotFoundError as exc:
-        raise ApiError(404, "not_found", exc.message, hint=exc.hint) from None
+    return _read_or_404(eval_runs.transcript, request, database, session_id)
