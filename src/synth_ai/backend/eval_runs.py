@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sqlite3
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -57,38 +60,117 @@ def _open(path: Path):
 
 def list_runs(paths: list[Path]) -> dict[str, Any]:
     """Every run in every configured database, with its seed count and mean score; unreadable files are listed
-    with their error instead of failing the page."""
+    with their error instead of failing the page. A database unchanged since the last call is not read again."""
     sources: list[dict[str, Any]] = [{"path": str(p), "exists": p.exists()} for p in paths]
     runs: list[dict[str, Any]] = []
     for file in trace_files(paths):
-        try:
-            with _open(file) as reader:
-                grouped: dict[str, dict[str, Any]] = {}
-                for count, row in enumerate(reader.sessions()):
-                    if count >= MAX_SESSIONS_PER_DB:
-                        sources.append({"path": str(file), "exists": True,
-                                        "error": f"only the first {MAX_SESSIONS_PER_DB} sessions are shown"})
-                        break
-                    meta = _metadata(row.metadata)
-                    run_id = str(meta.get("eval_run_id") or meta.get("run_id") or NO_RUN)
-                    run = grouped.setdefault(run_id, {
-                        "db": db_id(file), "db_path": str(file), "run_id": run_id, "model": meta.get("model"),
-                        "app_id": meta.get("app_id"), "created_at": str(row.created_at), "sessions": 0,
-                        "scored": 0, "score_sum": 0.0})
-                    run["sessions"] += 1
-                    score = _score(meta, row.total_reward)
-                    if score is not None:
-                        run["scored"] += 1
-                        run["score_sum"] += score
-        except SynthError as exc:
-            sources.append({"path": str(file), "exists": True, "error": exc.message})
-            continue
-        for run in grouped.values():
-            total = run.pop("score_sum")
-            run["mean_score"] = total / run["scored"] if run["scored"] else None
-            runs.append(run)
+        file_runs, notes = _summary(file)
+        runs.extend(dict(run) for run in file_runs)
+        sources.extend(dict(note) for note in notes)
     runs.sort(key=lambda r: r["created_at"], reverse=True)
     return {"sources": sources, "runs": runs}
+
+
+class _Summaries:
+    """Each database's runs as last read, with the version they were read at (see `_version`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.found: dict[Path, tuple[tuple, list[dict[str, Any]], list[dict[str, Any]]]] = {}
+        # One read-only connection per database, kept open: SQLite's data_version only moves between two reads
+        # on the same connection. With the inode it was opened on, to notice a file replaced under the same name.
+        self.watchers: dict[Path, tuple[int, sqlite3.Connection]] = {}
+        self.scans = 0  # full reads so far (what tests count to see an unchanged database is not read again)
+
+
+_SUMMARIES = _Summaries()
+
+
+def scan_count() -> int:
+    return _SUMMARIES.scans
+
+
+def _summary(file: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    with _SUMMARIES.lock:
+        version = _version(file)
+        cached = _SUMMARIES.found.get(file)
+        if version is not None and cached is not None and cached[0] == version:
+            return cached[1], cached[2]
+        _SUMMARIES.scans += 1
+        runs, notes = _scan(file)
+        if version is not None:
+            _SUMMARIES.found[file] = (version, runs, notes)
+        return runs, notes
+
+
+def _version(file: Path) -> tuple | None:
+    """What changes whenever the database does: the file's identity, size and mtime, its WAL's size and mtime
+    (commits land there first) and SQLite's data_version (which also moves when a write keeps both the same).
+    None when the file cannot be looked at (then it is read every time)."""
+    try:
+        inode = file.stat().st_ino
+    except OSError:
+        return None
+    data_version = _data_version(file, inode)  # first: opening the watcher may create the WAL
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    try:
+        wal = os.stat(f"{file}-wal")
+        wal_key: tuple | None = (wal.st_ino, wal.st_size, wal.st_mtime_ns)
+    except OSError:
+        wal_key = None
+    return st.st_ino, st.st_size, st.st_mtime_ns, wal_key, data_version
+
+
+def _data_version(file: Path, inode: int) -> int | None:
+    watched = _SUMMARIES.watchers.get(file)
+    if watched is not None and watched[0] != inode:
+        watched[1].close()
+        watched = None
+    try:
+        if watched is None:
+            conn = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            watched = _SUMMARIES.watchers[file] = (inode, conn)
+        return int(watched[1].execute("PRAGMA data_version").fetchone()[0])
+    except sqlite3.Error:  # not a database (yet): the stat fields alone say whether it changed
+        dropped = _SUMMARIES.watchers.pop(file, None)
+        if dropped is not None:
+            dropped[1].close()
+        return None
+
+
+def _scan(file: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One database read in full: its runs, and notes for the sources list (an error, or where reading stopped)."""
+    notes: list[dict[str, Any]] = []
+    try:
+        with _open(file) as reader:
+            grouped: dict[str, dict[str, Any]] = {}
+            for count, row in enumerate(reader.sessions()):
+                if count >= MAX_SESSIONS_PER_DB:
+                    notes.append({"path": str(file), "exists": True,
+                                  "error": f"only the first {MAX_SESSIONS_PER_DB} sessions are shown"})
+                    break
+                meta = _metadata(row.metadata)
+                run_id = str(meta.get("eval_run_id") or meta.get("run_id") or NO_RUN)
+                run = grouped.setdefault(run_id, {
+                    "db": db_id(file), "db_path": str(file), "run_id": run_id, "model": meta.get("model"),
+                    "app_id": meta.get("app_id"), "created_at": str(row.created_at), "sessions": 0,
+                    "scored": 0, "score_sum": 0.0})
+                run["sessions"] += 1
+                score = _score(meta, row.total_reward)
+                if score is not None:
+                    run["scored"] += 1
+                    run["score_sum"] += score
+    except SynthError as exc:
+        return [], [{"path": str(file), "exists": True, "error": exc.message}]
+    runs = []
+    for run in grouped.values():
+        total = run.pop("score_sum")
+        run["mean_score"] = total / run["scored"] if run["scored"] else None
+        runs.append(run)
+    return runs, notes
 
 
 def _file_of(paths: list[Path], wanted: str) -> Path:
