@@ -40,7 +40,8 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.NETWORK: "A backend or task app could not be reached.",
     ExitCode.JOB_FAILED: "The job ended `failed` or `cancelled`.",
     ExitCode.TIMEOUT: "A deadline passed before the operation finished: `--poll-timeout` (for `train`, the whole "
-                      "command, retries included) or a server that never answered; the message names the URL.",
+                      "command, retries included), `--timeout` (`files`, `jobs`, `models`) or a server that never "
+                      "answered; the message names the URL.",
     ExitCode.NOT_FOUND: "A named resource (job, file, model, task app) does not exist.",
     ExitCode.SERVER: "The server answered with an error it did not explain as bad input (5xx, malformed reply).",
     ExitCode.UNAVAILABLE: "The operation is not available here (missing optional dependency or capability).",

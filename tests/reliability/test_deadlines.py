@@ -38,13 +38,35 @@ def test_train_against_a_silent_backend_stops_at_its_deadline_naming_what_hung(r
     assert "Traceback" not in result.stderr
 
 
-def test_following_a_job_on_a_silent_backend_stops_at_its_deadline(repo_cwd):
+@pytest.mark.parametrize("command", [("jobs", "events", "job_x", "--follow"), ("jobs", "follow", "job_x")],
+                         ids=["events --follow", "follow"])
+def test_following_a_job_on_a_silent_backend_stops_at_its_deadline(repo_cwd, command):
     with SilentServer() as server:
-        result = run_cli("jobs", "events", "job_x", "--follow", "--poll-timeout", "1", "--backend", server.url)
+        result = run_cli(*command, "--poll-timeout", "1", "--backend", server.url)
     assert result.exit_code == 7, result.stdout + result.stderr
     # the embedded backend's follow reads the job's event stream, so that is the call that hung
     assert f"GET {server.url}/api/learning/jobs/job_x/events/stream got no answer" in result.stderr
     assert "--poll-timeout 1 s" in result.stderr and "Resume with: synth-ai jobs follow job_x --backend" in result.stderr
+
+
+@pytest.mark.parametrize(("command", "hung"), [
+    (("files", "list"), "GET /api/files"),
+    (("files", "get", "file_x"), "GET /api/files/file_x"),
+    (("jobs", "list"), "GET /api/learning/jobs"),
+    (("jobs", "get", "job_x", "--kind", "rl"), "GET /api/rl/jobs/job_x"),
+    (("jobs", "events", "job_x"), "GET /api/learning/jobs/job_x/events"),
+    (("jobs", "metrics", "job_x"), "GET /api/learning/jobs/job_x/metrics"),
+    (("jobs", "cancel", "job_x"), "POST /api/learning/jobs/job_x/cancel"),
+    (("models", "list"), "GET /api/learning/models"),
+], ids=lambda c: " ".join(c) if isinstance(c, tuple) else c.split()[0])
+def test_timeout_bounds_files_jobs_and_models_commands_on_a_silent_backend(repo_cwd, command, hung):
+    with SilentServer() as server:
+        result = run_cli(*command, "--timeout", "1", "--backend", server.url)
+    assert result.exit_code == 7, result.stdout + result.stderr
+    method, path = hung.split()
+    assert f"{method} {server.url}{path}" in result.stderr, result.stderr
+    assert "deadline (--timeout 1 s) has passed" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
@@ -133,6 +155,7 @@ def test_ctrl_c_before_the_job_exists_says_to_run_the_same_command(repo_cwd):
     ["train", "--config", SFT_CONFIG, "--poll-interval", "-1"],
     ["jobs", "events", "job_x", "--follow", "--poll-timeout", "0"],
     ["jobs", "list", "--limit", "0"],
+    ["jobs", "get", "job_x", "--timeout", "0"],
     ["files", "list", "--limit", "5000"],
     ["models", "list", "--mode", "dpo"],
     ["eval", "math", "--concurrency", "0"],

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from synth_ai.cli.app import json_option, output_of
-from synth_ai.cli.remote import backend_option, connect, env_file_option
+from synth_ai.cli.remote import backend_option, connect, env_file_option, timeout_option
 
 
 def _add_validate(group: typer.Typer) -> None:
@@ -75,11 +75,12 @@ def _add_list(group: typer.Typer) -> None:
         limit: int = typer.Option(100, "--limit", min=1, max=1000, help="At most this many files."),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """List the files uploaded to the backend, newest first."""
         out = output_of(ctx, json_flag)
-        api = connect(out, backend, env_file)
+        api = connect(out, backend, env_file, timeout)
         with api.transport:
             doc = api.files.list(purpose=purpose, limit=limit)
         rows = doc.get("data", doc.get("files", [])) if isinstance(doc, dict) else doc
@@ -99,11 +100,12 @@ def _add_get(group: typer.Typer) -> None:
         file_id: str = typer.Argument(..., help="File id (from the upload or `files list`)."),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Show one uploaded file: size, sha256, status, and its line errors when invalid."""
         out = output_of(ctx, json_flag)
-        api = connect(out, backend, env_file)
+        api = connect(out, backend, env_file, timeout)
         with api.transport:
             doc = api.files.get(file_id)
 

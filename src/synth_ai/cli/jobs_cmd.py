@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from synth_ai.cli.app import json_option, output_of
-from synth_ai.cli.remote import backend_option, connect, env_file_option
+from synth_ai.cli.remote import backend_option, connect, env_file_option, timeout_option
 from synth_ai.cli.train import STREAM_FORMAT_HELP, StreamFormat
 
 
@@ -64,11 +64,25 @@ def _stream_format_option(when: str = "") -> StreamFormat:
 
 
 @contextmanager
-def _jobs_of(out, backend: str | None, kind: JobKind, env_files: list[str] | None = None) -> Iterator:
-    """The job family to talk to, on an open connection closed afterwards."""
-    api = connect(out, backend, env_files)
+def _jobs_of(out, backend: str | None, kind: JobKind, env_files: list[str] | None = None,
+            timeout: float | None = None) -> Iterator:
+    """The job family to talk to, on an open connection closed afterwards; `timeout` bounds the whole command."""
+    api = connect(out, backend, env_files, timeout)
     with api.transport:
         yield api.sft if kind is JobKind.sft else api.rl
+
+
+def _follow(out, jobs, job_id: str, poll_interval: float, poll_timeout: float, stream_format: StreamFormat) -> None:
+    """`jobs follow` and `jobs events --follow`: --poll-timeout bounds every call, retries included, as for train
+    (or an earlier --timeout deadline, when one is set)."""
+    from synth_ai.cli.follow_view import follow_and_report
+
+    left = jobs.t.time_left()
+    if left is None or poll_timeout < left:
+        jobs.t.set_deadline(poll_timeout, f"--poll-timeout {poll_timeout:g} s")
+        left = poll_timeout
+    follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=max(0.0, left),
+                      stream_format=stream_format.value)
 
 
 def register(app: typer.Typer) -> None:
@@ -83,11 +97,12 @@ def register(app: typer.Typer) -> None:
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """List jobs, newest first."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file) as jobs:
+        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
             doc = jobs.list(status=status, type_=type_, limit=limit)
         rows = doc.get("jobs", doc.get("data", [])) if isinstance(doc, dict) else doc
 
@@ -105,11 +120,12 @@ def register(app: typer.Typer) -> None:
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Show one job (status, model, fine_tuned_model, timestamps)."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file) as jobs:
+        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
             job = jobs.get(job_id)
         out.result(job)
 
@@ -126,17 +142,14 @@ def register(app: typer.Typer) -> None:
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Print a job's events (and, with --follow, its metrics until it ends)."""
-        from synth_ai.cli.follow_view import follow_and_report
-
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file) as jobs:
+        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
             if follow:
-                jobs.t.set_deadline(poll_timeout, f"--poll-timeout {poll_timeout:g} s")  # retries included
-                follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
-                                  stream_format=stream_format.value)
+                _follow(out, jobs, job_id, poll_interval, poll_timeout, stream_format)
                 return
             items = jobs.events(job_id, since_seq=since_seq, limit=1000)
 
@@ -161,12 +174,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Follow a job until it ends (same as `jobs events JOB --follow`; exit 0 succeeded, 6 failed/cancelled,
         7 timeout)."""
-        from synth_ai.cli.follow_view import follow_and_report
-
         out = output_of(ctx, json_flag)
         with _jobs_of(out, backend, kind, env_file) as jobs:
-            follow_and_report(out, jobs, job_id, interval=poll_interval, timeout=poll_timeout,
-                              stream_format=stream_format.value)
+            _follow(out, jobs, job_id, poll_interval, poll_timeout, stream_format)
 
     @group.command("metrics")
     def metrics(
@@ -179,6 +189,7 @@ def register(app: typer.Typer) -> None:
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Print a job's metric points (train.loss, val.loss, learning_rate, ...), or plot them with --plot."""
@@ -187,7 +198,7 @@ def register(app: typer.Typer) -> None:
         out = output_of(ctx, json_flag)
         if plot is not None:
             _check_can_plot(plot)
-        with _jobs_of(out, backend, kind, env_file) as jobs:
+        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
             points: list[dict] = []
             seen: set[tuple] = set()
             while True:  # page by step: the API returns at most `limit` points per call
@@ -222,11 +233,12 @@ def register(app: typer.Typer) -> None:
         kind: JobKind = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Cancel a queued or running job."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file) as jobs:
+        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
             doc = jobs.cancel(job_id)
         status = doc.get("status", "cancel requested") if isinstance(doc, dict) else doc
         out.result(doc, lambda o: o.info(f"Job {job_id}: {status}"))

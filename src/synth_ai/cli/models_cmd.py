@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from synth_ai.cli.app import json_option, output_of
-from synth_ai.cli.remote import env_file_option
+from synth_ai.cli.remote import env_file_option, set_timeout, timeout_option
 
 
 def register(app: typer.Typer) -> None:
@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         backend: str = typer.Option(None, "--backend", help="Also list this backend's fine-tuned models (default: "
                                     "the embedded backend, when it runs)."),
         env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """List the registry's models, and the fine-tuned models of the backend."""
@@ -36,7 +37,7 @@ def register(app: typer.Typer) -> None:
             and (family is None or m.family.lower() == family.lower())
         ]
         docs = [m.to_dict(experimental=m.id in experimental) for m in models]
-        fine_tuned, source = _fine_tuned_models(out, backend)
+        fine_tuned, source = _fine_tuned_models(out, backend, timeout)
 
         def human(o) -> None:
             o.table(
@@ -81,7 +82,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="models")
 
 
-def _fine_tuned_models(out, backend_flag: str | None) -> tuple[list[dict], str | None]:
+def _fine_tuned_models(out, backend_flag: str | None, timeout: float | None) -> tuple[list[dict], str | None]:
     """Fine-tuned models from `--backend`, or from the embedded backend when one runs here (never started)."""
     from synth_ai.client.connect import open_api
     from synth_ai.env.backend_url import resolve_backend
@@ -95,6 +96,7 @@ def _fine_tuned_models(out, backend_flag: str | None) -> tuple[list[dict], str |
             return [], None
     try:
         api, target = open_api(target, say=out.info, autostart=False)
+        set_timeout(api, timeout)
         with api.transport:
             doc = api.models()
     except SynthError as exc:

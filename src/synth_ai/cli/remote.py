@@ -1,5 +1,5 @@
-"""What commands that read from a backend share: the `--backend` and `--env-file` options, and opening the API
-without starting the embedded backend (a read-only command never starts a server)."""
+"""What commands that read from a backend share: the `--backend`, `--env-file` and `--timeout` options, and opening
+the API without starting the embedded backend (a read-only command never starts a server)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,23 @@ def env_file_option() -> list[str]:
                         "nearest .env walking up from the working directory.")
 
 
-def connect(out, backend: str | None, env_files: list[str] | None = None):
+def timeout_option() -> float | None:
+    return typer.Option(None, "--timeout", min=0.1, help="Give up after this many seconds, retries included (exit 7 "
+                        "naming the URL that did not answer). Default: each call's own timeouts and retries.")
+
+
+def set_timeout(api, timeout: float | None) -> None:
+    """`--timeout`: one deadline for every later call of the command, as `--poll-timeout` is for `train`."""
+    if timeout is not None:
+        api.transport.set_deadline(timeout, f"--timeout {timeout:g} s")
+
+
+def connect(out, backend: str | None, env_files: list[str] | None = None, timeout: float | None = None):
     from synth_ai.client.connect import open_api
     from synth_ai.env.backend_url import resolve_backend
     from synth_ai.env.dotenv_files import load_command_env
 
     load_command_env(env_files)
     api, _ = open_api(resolve_backend(backend), say=out.info, autostart=False)
+    set_timeout(api, timeout)
     return api
