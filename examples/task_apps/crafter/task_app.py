@@ -28,83 +28,27 @@ Run it: `synth-ai serve crafter`, `synth-ai deploy crafter` (Modal), or in proce
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import importlib.util
-import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from synth_ai.taskapp.config import ModalDeploymentConfig, RubricBundle, TaskAppConfig, TaskAppEntry, register_task_app
 from synth_ai.taskapp.contracts import RolloutRequest, RolloutResponse, TaskInfo
 from synth_ai.taskapp.errors import RolloutError
-from synth_ai.taskapp.inference import chat_completion, normalize_inference_url, tool_calls_of
+from synth_ai.taskapp.inference import chat_completion
+from synth_ai.taskapp.siblings import load_sibling
 from synth_ai.taskapp.tracing import correlation_id_of, current_trace
-from synth_ai.taskapp.vision import VisionSettings, build_user_message, image_to_png_bytes, png_data_url
+from synth_ai.taskapp.vision import build_user_message, image_to_png_bytes, png_data_url
 
 APP_ID = "grpo-crafter-task-app"
-APP_DIR = Path(__file__).resolve().parent
 
-
-def _load_sibling(name: str) -> Any:
-    """Import `<this directory>/<name>.py` whether this file was imported as part of a package, by path during
-    discovery, or from a directory mounted in a Modal container."""
-    path = APP_DIR / f"{name}.py"
-    module_name = f"_synth_crafter_{name}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return module
-
-
-crafter_env = _load_sibling("crafter_env")
-
-DEFAULT_SEED = 42
+# The helper files next to this one (loaded by path: this folder is not a package).
+crafter_env = load_sibling(__file__, "crafter_env")
+prompt = load_sibling(__file__, "crafter_prompt")
+request_rules = load_sibling(__file__, "crafter_request")
+RolloutSettings = request_rules.RolloutSettings
+DEFAULT_SEED = request_rules.DEFAULT_SEED
+DEFAULT_MAX_TURNS = request_rules.DEFAULT_MAX_TURNS
 SEED_RANGE = (0, 2**31 - 1)
-DEFAULT_MAX_TURNS = 10
-MAX_ACTIONS_PER_CALL = 8
-DEFAULT_INFERENCE_TIMEOUT_S = 120.0
-TOOL_NAME = "interact_many"
-
-TOOLS: list[dict[str, Any]] = [{
-    "type": "function",
-    "function": {
-        "name": TOOL_NAME,
-        "description": "Execute a short sequence of Crafter actions in order (1-8).",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "actions": {
-                    "type": "array",
-                    "description": "Crafter actions to execute one after another.",
-                    "items": {"type": "string", "enum": list(crafter_env.ACTION_NAMES)},
-                    "minItems": 1,
-                    "maxItems": MAX_ACTIONS_PER_CALL,
-                },
-            },
-            "required": ["actions"],
-            "additionalProperties": False,
-        },
-    },
-}]
-
-SYSTEM_PROMPT = (
-    "You are playing Crafter, a 2D survival and crafting game seen from above. Your goal is to unlock as many of "
-    f"its {len(crafter_env.ACHIEVEMENTS)} achievements as you can: "
-    + ", ".join(crafter_env.ACHIEVEMENTS) + ".\n"
-    "Each turn you get the game state; reply by calling the `interact_many` tool with 1 to 8 actions from: "
-    + ", ".join(crafter_env.ACTION_NAMES) + ".\n"
-    "Rules: move_* moves one cell (or turns you to face that way when blocked); `do` acts on the cell you face "
-    "(collect wood from a tree, stone with a pickaxe, drink water, eat a cow, attack a zombie). Keep health, "
-    "food, drink and energy up (eat, drink, sleep when energy is low). Crafting needs a table nearby: wood "
-    "pickaxe and sword need wood; stone ones need wood and stone; iron ones also need a furnace nearby, coal and "
-    "iron. A table needs wood; a furnace needs stone and a table nearby."
-)
 
 DATASET = {
     "id": "crafter_classic_procedural",
@@ -124,7 +68,7 @@ def _base_task_info() -> TaskInfo:
         dataset={**DATASET, "seed_range": list(SEED_RANGE), "default_seed": DEFAULT_SEED},
         rubric={"outcome": "distinct achievements unlocked in the episode",
                 "events": "achievements unlocked for the first time in each turn"},
-        inference={"tool": {"name": TOOL_NAME, "parallel_tool_calls": False}, "supports_vision": True},
+        inference={"tool": {"name": prompt.TOOL_NAME, "parallel_tool_calls": False}, "supports_vision": True},
         limits={"max_turns": DEFAULT_MAX_TURNS},
         action_space={"type": "discrete", "size": len(crafter_env.ACTION_NAMES),
                       "actions": list(crafter_env.ACTION_NAMES)},
@@ -156,134 +100,6 @@ def provide_task_instances(seeds: list[int]) -> list[TaskInfo]:
 # ----- rollout ---------------------------------------------------------------------------------------------------
 
 
-def _bad_request(message: str, code: str = "invalid_rollout_request") -> RolloutError:
-    return RolloutError(message, status_code=400, code=code)
-
-
-def _int_option(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise _bad_request(f"{name} must be an integer, not {value!r}") from None
-    if number < 1:
-        raise _bad_request(f"{name} must be at least 1, not {number}")
-    return number
-
-
-def _timeout_option(value: Any, default: float) -> float:
-    if value is None or value == "" or value == 0:
-        return default
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise _bad_request(f"policy.config.timeout_s must be a number of seconds, not {value!r}") from None
-    if not 0 < seconds < float("inf"):
-        raise _bad_request(f"policy.config.timeout_s must be a positive number of seconds, not {value!r}")
-    return seconds
-
-
-def _agent_op_count(ops: list[Any]) -> int | None:
-    """How many decisions the ops allow (None: no ops given, no bound from them)."""
-    if not ops:
-        return None
-    count = 0
-    for index, op in enumerate(ops):
-        kind = op if isinstance(op, str) else (op.get("type") or op.get("op")) if isinstance(op, dict) else None
-        if not isinstance(kind, str):
-            raise _bad_request(f"ops[{index}] has no op type (expected 'agent' or 'env')")
-        kind = kind.strip().lower()
-        if kind in ("agent", "policy"):
-            count += 1
-        elif kind not in ("env", "environment"):
-            raise _bad_request(f"ops[{index}] is {kind!r}; expected 'agent' or 'env'")
-    return count
-
-
-def _turn_budget(request: RolloutRequest) -> int:
-    env_cfg = request.env.config or {}
-    policy_cfg = request.policy.config or {}
-    limits = [n for n in (
-        _int_option(env_cfg.get("max_turns"), "env.config.max_turns"),
-        _int_option(policy_cfg.get("max_turns"), "policy.config.max_turns"),
-        _int_option(policy_cfg.get("max_llm_calls"), "policy.config.max_llm_calls"),
-    ) if n is not None]
-    turns = min(limits) if limits else DEFAULT_MAX_TURNS
-    agent_ops = _agent_op_count(list(request.ops or []))
-    return turns if agent_ops is None else min(turns, agent_ops)
-
-
-def _requested_actions(completion: dict[str, Any]) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
-    """(valid actions, rejected entries, the tool calls as recorded) from the model's answer. Tool calls win (their
-    arguments may use aliases such as `left`); without any, exact action names written in the reply text are used
-    (aliases there would turn prose like "go up the hill" into moves)."""
-    calls = tool_calls_of(completion)
-    raw: list[Any] = []
-    recorded: list[dict[str, Any]] = []
-    for call in calls:
-        args = call.get("arguments") or {}
-        recorded.append({"tool_name": call.get("name"), "arguments": args})
-        if call.get("name") not in (TOOL_NAME, "interact"):
-            raw.append({"tool": call.get("name")})
-            continue
-        values = args.get("actions", args.get("action"))
-        raw.extend(values if isinstance(values, list) else [values])
-    if not calls:
-        content = ((completion.get("choices") or [{}])[0].get("message") or {}).get("content")
-        if isinstance(content, str):
-            words = content.replace(",", " ").replace("\n", " ").split()
-            raw = [w.strip("`'\".;:()[]<>").lower() for w in words]
-            raw = [w for w in raw if w in crafter_env.ACTION_NAMES]
-            if raw:
-                recorded.append({"tool_name": TOOL_NAME, "arguments": {"actions": raw}, "parsed_from": "content"})
-    actions, rejected = [], []
-    for value in raw:
-        name = crafter_env.normalise_action(value)
-        (actions if name else rejected).append(name or value)
-    return actions, rejected, recorded
-
-
-def _history_text(last_actions: list[str], last_unlocked: list[str]) -> str:
-    if not last_actions:
-        return "Previous turn: none (this is the first turn)."
-    text = "Previous turn: " + ", ".join(last_actions)
-    return text + (f" -> unlocked {', '.join(last_unlocked)}" if last_unlocked else " -> nothing unlocked")
-
-
-@dataclass(frozen=True)
-class RolloutSettings:
-    """Everything a rollout request asks for, validated before the world is generated (bad input → 400)."""
-
-    inference_url: str
-    policy: dict[str, Any]
-    vision: Any  # VisionSettings
-    episode: Any  # crafter_env.EpisodeConfig
-    max_turns: int
-    max_actions: int
-    timeout_s: float
-    max_ops: int
-    max_time_s: float
-
-    @classmethod
-    def from_request(cls, request: RolloutRequest) -> RolloutSettings:
-        policy = dict(request.policy.config or {})
-        raw_url = policy.get("inference_url")
-        if not raw_url:
-            raise _bad_request("policy.config.inference_url is required", code="missing_inference_url")
-        try:
-            vision = VisionSettings.from_policy_config(policy)
-            episode = crafter_env.EpisodeConfig.from_request(request.env.seed, request.env.config,
-                                                             default_seed=DEFAULT_SEED)
-        except ValueError as exc:
-            raise _bad_request(str(exc)) from exc
-        max_actions = _int_option(policy.get("max_actions_per_call"), "policy.config.max_actions_per_call")
-        return cls(
-            inference_url=normalize_inference_url(str(raw_url)), policy=policy, vision=vision, episode=episode,
-            max_turns=_turn_budget(request), max_actions=min(max_actions or MAX_ACTIONS_PER_CALL, MAX_ACTIONS_PER_CALL),
-            timeout_s=_timeout_option(policy.get("timeout_s"), DEFAULT_INFERENCE_TIMEOUT_S),
-            max_ops=request.safety.max_ops, max_time_s=request.safety.max_time_s,
-        )
 
 
 async def rollout(request: RolloutRequest, fastapi_request: Any = None) -> RolloutResponse:
@@ -334,18 +150,18 @@ async def _turn(settings: RolloutSettings, episode: Any, turn: int, frames: list
     """One decision and its actions: (the step, the frames seen after each action)."""
     trace = current_trace()
     obs = episode.observation(turn=turn, max_turns=settings.max_turns)
-    text = obs["text"] + "\n" + _history_text(previous["actions"], previous["achievements_unlocked"])
+    text = obs["text"] + "\n" + prompt.history_text(previous["actions"], previous["achievements_unlocked"])
     vision = settings.vision
     image_urls = [png_data_url(image_to_png_bytes(f)) for f in frames][-vision.max_images_per_message:] \
         if vision.use_vision else []
     if image_urls:
         obs["observation_image_data_url"] = image_urls[-1]
-    payload = _payload(settings.policy, [{"role": "system", "content": SYSTEM_PROMPT},
-                                         build_user_message(text, image_urls, vision)])
+    payload = prompt.payload(settings.policy, [{"role": "system", "content": prompt.SYSTEM_PROMPT},
+                                               build_user_message(text, image_urls, vision)])
     if trace is not None:
         trace.timestep(turn_number=turn, metadata={"seed": settings.episode.seed})
     completion = await chat_completion(settings.inference_url, payload, timeout=max(1.0, timeout_s))
-    actions, rejected, recorded_calls = _requested_actions(completion)
+    actions, rejected, recorded_calls = prompt.requested_actions(completion)
 
     unlocked_before, counts_before = len(episode.unlocked), episode.achievement_counts
     results = await asyncio.to_thread(_play, episode, actions[:settings.max_actions])
@@ -359,7 +175,7 @@ async def _turn(settings: RolloutSettings, episode: Any, turn: int, frames: list
             "turn": turn,
             "model": completion.get("model") or settings.policy.get("model"),
             "inference_request": {"messages": len(payload["messages"]), "images": len(image_urls),
-                                  "image_only_mode": vision.image_only_mode, "tool": TOOL_NAME},
+                                  "image_only_mode": vision.image_only_mode, "tool": prompt.TOOL_NAME},
         },
         "actions": [result.action for result, _ in results],
         "invalid_actions": rejected,
@@ -425,22 +241,6 @@ def _play(episode: Any, actions: list[str]) -> list[tuple[Any, Any]]:
             break
         results.append((episode.act(action), episode.frame))
     return results
-
-
-_PASSTHROUGH = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed",
-                "thinking_mode", "thinking_budget", "logprobs", "top_logprobs")
-
-
-def _payload(policy_cfg: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "model": policy_cfg.get("model"),
-        "messages": messages,
-        "tools": TOOLS,
-        "tool_choice": policy_cfg.get("tool_choice", "required"),
-        "parallel_tool_calls": False,
-    }
-    payload.update({k: policy_cfg[k] for k in _PASSTHROUGH if policy_cfg.get(k) is not None})
-    return payload
 
 
 # ----- registration ----------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ Modules:
 - `serving`    `serve_task_app(...)`: run an app under uvicorn (port checks, `--force`, tracing env)
 - `tracing`    recording rollouts in the traces v3 SQLite schema
 - `verify`     checking a running task app (`check_health`, `check_task_info`, `verify_task_app`)
+- `siblings`   `load_sibling(__file__, name)`: import a helper file next to a task app loaded by path
 """
 
 from __future__ import annotations
