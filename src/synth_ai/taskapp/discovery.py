@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from synth_ai.taskapp.errors import TaskAppNotFoundError
+from synth_ai.taskapp.siblings import import_file
 
 IGNORED_DIRS = frozenset({".git", "__pycache__", "node_modules", "venv", ".venv", "build", "dist", ".mypy_cache",
                           ".pytest_cache", "site-packages", ".tox", ".ruff_cache"})
@@ -284,18 +284,8 @@ def import_app_module(path: Path) -> Any:
     directory = str(path.parent)
     if directory not in sys.path:
         sys.path.insert(0, directory)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise TaskAppNotFoundError(f"Cannot import task app file {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        with _import_guard():
-            spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    return module
+    return import_file(module_name, path, guard=_import_guard,
+                       not_importable=lambda: TaskAppNotFoundError(f"Cannot import task app file {path}"))
 
 
 def _identity(value: Any) -> Any:
