@@ -1,9 +1,14 @@
 """Data-parallel GSPO under the torchrun executor, on CPU with gloo: a real RL job through the backend over 2 ranks
 (each with its own policy server; an uneven share of 3 groups) samples the same rollouts, reports the same
 per-iteration rewards and losses and ends with the same weights as one process running the trainer here; its
-`rl:` model answers at the inference endpoint. Sampling is seeded per rollout id and call (policy_server), so a
-rollout samples the same tokens whichever rank runs it; one rollout at a time (in both runs) keeps every call in a
-batch of its own, so no float rounding from a different batch can tip a sampled token either."""
+`rl:` model answers at the inference endpoint.
+
+Identical rollouts in both runs: sampling is seeded per rollout id and call (policy_server), so a rollout samples
+the same tokens whichever rank runs it, given bit-identical weights and batch. The update of N ranks equals one
+process's only up to float rounding (gradients summed in another order), and on the tiny model's flat
+distributions a 1e-9 weight difference tips a sampled token now and then; so the policy servers keep the starting
+weights (weight_sync_interval beyond the run: iterations 1-2 train off-policy, GSPO's ratio and clip at work) and
+run one rollout at a time (every call in a batch of its own)."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ pytestmark = pytest.mark.slow
 ENV_KEY = "sk_env_rl_dp_0123456789abcdef"
 ITERATIONS = 3
 TRAINING = {"iterations_per_epoch": ITERATIONS, "batch_size": 3, "group_size": 4, "checkpoint_interval": 2,
-            "tables": {"rollout": {"max_concurrent_rollouts": 1}}}
+            "weight_sync_interval": 100, "tables": {"rollout": {"max_concurrent_rollouts": 1}}}
 
 
 def _events(api, job_id: str) -> list[dict]:
