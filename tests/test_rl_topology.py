@@ -4,6 +4,8 @@ functions: checked here for machines this one is not (no GPU is needed)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from synth_ai.backend.trainers.distributed import DataParallel
@@ -85,3 +87,30 @@ def test_groups_are_dealt_whole_to_the_ranks():
     assert sorted(shares[0] + shares[1]) == sorted(jobs)
     assert local_jobs(jobs, DataParallel()) == jobs  # one process runs them all
     assert local_jobs(jobs[:2], DataParallel(rank=1, world=2)) == []  # fewer groups than ranks: an idle rank
+
+
+def test_the_torchrun_executor_starts_one_rank_per_training_gpu(monkeypatch: pytest.MonkeyPatch):
+    from synth_ai.backend.executors import TORCHRUN_NPROC_ENV, launch_for
+
+    monkeypatch.delenv(TORCHRUN_NPROC_ENV, raising=False)
+    monkeypatch.setenv("SYNTH_AI_BACKEND_GPUS", "8")
+    config = {"compute": {"gpu_type": "H100", "gpu_count": 8}, "topology": SPLIT}
+    row = {"id": "rljob_t", "kind": "rl", "model": "synth-ai/tiny-qwen3",
+           "payload": json.dumps({"job_type": "rl", "data": {"config": config}})}
+    launch = launch_for("torchrun", row)
+    assert launch.processes == 4 and "--nproc-per-node=4" in launch.argv
+    monkeypatch.setenv(TORCHRUN_NPROC_ENV, "2")  # the override wins, as for SFT
+    assert launch_for("torchrun", row).processes == 2
+    assert launch_for("local", row).processes == 1
+
+
+def test_a_data_parallel_job_samples_with_the_builtin_engine():
+    from synth_ai.backend.trainers.rl.engine_choice import VllmOptions, choose_engine
+    from synth_ai.errors import UnavailableError
+
+    assert choose_engine(VllmOptions(), cuda=True, installed=True, requested="auto")[0] == "vllm"
+    name, why = choose_engine(VllmOptions(), cuda=True, installed=True, requested="auto", ranks=2)
+    assert name == "builtin" and "2 ranks" in why
+    with pytest.raises(UnavailableError) as info:
+        choose_engine(VllmOptions(), cuda=True, installed=True, requested="vllm", ranks=2)
+    assert "SYNTH_AI_ROLLOUT_ENGINE=builtin" in info.value.hint
