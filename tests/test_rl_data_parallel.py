@@ -79,6 +79,7 @@ def test_two_gloo_ranks_train_the_same_policy_as_one_process(tmp_path: Path, tin
             started = [e for e in log if e["type"] == "rl.train.started"]
             assert len(started) == 1 and started[0]["data"]["world_size"] == 2
             assert started[0]["data"]["devices"] == {"trainer": "cpu", "rollout": ["cpu"], "colocated": True}
+            assert started[0]["data"]["rollout_device"] == "cpu"
             assert len([e for e in log if e["type"] == "rl.train.step"]) == ITERATIONS
             assert len([e for e in log if e["type"] == "rl.checkpoint.saved"]) == 1
 

@@ -88,7 +88,10 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                     "task_url": settings.task_url, "policy_url": runner.policy_url, "device": trainer.where.device,
                     "dtype": trainer.dtype_name, "trainable_params": trainer.trainable_count,
                     "vision": trainer.vision, "seed": settings.seed, "world_size": dp.world,
+                    # what [topology] assigns; until an engine runs on its own GPUs (docs/scale.md) it samples
+                    # on the trainer's device
                     "devices": devices.describe(),
+                    "rollout_device": devices.rollout[0] if devices.colocated else devices.trainer,
                     "step_rewards": settings.step_rewards.mode if settings.step_rewards.active else "off",
                     "judge": f"{settings.judge.provider}:{settings.judge.model}" if settings.judge else None,
                     "judge_rubrics": judge.rubric_source if judge else None})
