@@ -8,7 +8,9 @@ tests) therefore keep the built-in engine, whose behaviour is unchanged.
 
 Both engines share the trainer's process and GPU (colocated): vLLM gets `gpu_memory_utilization` of it (default
 DEFAULT_GPU_MEMORY, leaving the rest to the trainer) and the trainer's weights every `weight_sync_interval`
-iterations, copied in memory. `[topology]` GPU counts size the job (`[compute]`), see docs/scale.md.
+iterations, copied in memory. `[topology]` GPU counts size the job (`[compute]`), see docs/scale.md. Under
+torchrun each rank builds its own engine; a job of several ranks samples with the built-in engine (vLLM inside a
+data-parallel job is not done).
 """
 
 from __future__ import annotations
