@@ -209,3 +209,17 @@ def warm_ready_count(data_dir: Path) -> int:
         return (data_dir / "backend" / "warm_worker.log").read_text(errors="replace").count(": ready after ")
     except OSError:
         return 0
+
+
+def worker_pids(job_id: str) -> list[int]:
+    """Live processes whose command line runs this job's worker (the launcher and its ranks)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if b"synth_ai.backend.worker" in cmdline and job_id.encode() in cmdline and state != "Z":
+            found.append(int(pid))
+    return found

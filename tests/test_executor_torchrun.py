@@ -4,8 +4,6 @@ at create time."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from backend_support import (
@@ -17,6 +15,7 @@ from backend_support import (
     sft_body,
     upload,
     wait_for,
+    worker_pids,
 )
 
 pytest.importorskip("torch")
@@ -82,20 +81,6 @@ def _one_process_loss(tmp_path, store_root, path, **hyper) -> dict[int, float]:
     return loss
 
 
-def _ranks_of(job_id: str) -> list[int]:
-    """Live processes whose command line runs this job's worker (the launcher and its ranks)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
-            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if b"synth_ai.backend.worker" in cmdline and job_id.encode() in cmdline and state != "Z":
-            found.append(int(pid))
-    return found
-
-
 def _loss(api, job_id: str) -> dict[int, float]:
     points = api.get(f"/learning/jobs/{job_id}/metrics", params={"name": "train.loss"}).json()["points"]
     return {p["step"]: p["value"] for p in points}
@@ -128,7 +113,7 @@ def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path,
         cancelled = api2.post(f"/learning/jobs/{long_job}/cancel").json()
         assert cancelled["status"] == "cancelled", (cancelled, events(api2, long_job)[-3:], pair.log())
         assert [e for e in events(api2, long_job) if e["type"] == "sft.training.stopped"]
-        wait_for(lambda: not _ranks_of(long_job), timeout=60, what="the ranks to exit")
+        wait_for(lambda: not worker_pids(long_job), timeout=60, what="the ranks to exit")
 
         # Qwen3-32B on 4 x H100 asked of a CPU-only backend without a Modal token: refused now, saying what runs it
         file_id = upload(api2, data).json()["id"]

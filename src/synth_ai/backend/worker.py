@@ -29,6 +29,7 @@ from synth_ai.backend import jobs as J
 from synth_ai.backend.db import Database, loads, utcnow
 from synth_ai.backend.settings import BackendSettings
 from synth_ai.backend.trainers.distributed import rank_from_env
+from synth_ai.backend.trainers.sft_settings import TrainingCancelled
 from synth_ai.env.extras import install_commands
 
 EXIT_OK = 0
@@ -260,8 +261,8 @@ def _follow(settings: BackendSettings, db: Database, store: J.JobStore, job: Any
         time.sleep(0.2)
     try:
         _train(settings, db, job, settings.job_dir(job["id"]) / "work", None, stop)
-    except BaseException:  # noqa: BLE001 - rank 0 records why; this rank's traceback goes to worker.log
-        if stop.stopped:
+    except BaseException as exc:  # noqa: BLE001 - rank 0 records why; this rank's traceback goes to worker.log
+        if stop.stopped or isinstance(exc, TrainingCancelled):  # a stop agreed with rank 0 is no failure
             return EXIT_INTERRUPTED
         traceback.print_exc()
         return EXIT_FAILED

@@ -4,7 +4,8 @@ for all of them; they differ only in the process they launch around it.
 - `local`: one worker process on this machine (the warm worker may take it).
 - `torchrun`: the same worker over N local processes (`python -m torch.distributed.run`), data-parallel SFT
   (`synth_ai.backend.trainers.distributed`); N is the job's GPU count on a GPU machine, else
-  SYNTH_AI_BACKEND_TORCHRUN_NPROC (CPU processes with gloo). RL jobs run as one process under it (see docs/scale.md).
+  SYNTH_AI_BACKEND_TORCHRUN_NPROC (CPU processes with gloo); data-parallel GSPO for RL jobs
+  (`synth_ai.backend.trainers.rl.data_parallel`), N the topology's training GPUs (`rl.topology`).
 - `modal`: a Modal GPU function built from the job (`modal_plan`), submitted and followed by a local relay
   process (`modal_relay`) that the scheduler starts where it would start a worker.
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from synth_ai.backend.db import loads
 from synth_ai.backend.executors.placement import NoExecutorError, choose, job_needs, local_gpu_count
+from synth_ai.errors import InvalidInputError
 
 TORCHRUN_NPROC_ENV = "SYNTH_AI_BACKEND_TORCHRUN_NPROC"
 WORKER_MODULE = "synth_ai.backend.worker"
@@ -49,13 +51,25 @@ def launch_for(executor: str, row: Any) -> Launch:
     job_id = row["id"]
     if chosen == "modal":  # a local relay process submits the job and streams it back (executors.modal_relay)
         return Launch("modal", [sys.executable, "-m", "synth_ai.backend.executors.modal_relay", job_id])
-    nproc = torchrun_nproc(needs.gpu_count) if chosen == "torchrun" and row["kind"] == "sft" else 1
+    nproc = torchrun_nproc(_training_gpus(row["kind"], payload, needs.gpu_count)) if chosen == "torchrun" else 1
     if nproc > 1:
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                 "-m", WORKER_MODULE, job_id]
         # one CPU thread per rank unless told otherwise: N ranks share this machine's cores
         return Launch("torchrun", argv, {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}, nproc)
     return Launch("local" if chosen != "torchrun" else "torchrun", [sys.executable, "-m", WORKER_MODULE, job_id])
+
+
+def _training_gpus(kind: str, payload: Any, gpu_count: int) -> int:
+    """GPUs that train: an RL job's topology may give some of [compute]'s GPUs to the rollout engines."""
+    if kind != "rl" or not isinstance(payload, dict):
+        return gpu_count
+    from synth_ai.backend.trainers.rl.topology import topology_of, training_gpus
+
+    try:
+        return training_gpus(topology_of(payload), local_gpu_count(), gpu_count)
+    except InvalidInputError:
+        return gpu_count  # the worker refuses the topology with its message
 
 
 __all__ = ["Launch", "NoExecutorError", "launch_for", "torchrun_nproc"]

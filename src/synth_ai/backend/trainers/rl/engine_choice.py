@@ -8,7 +8,9 @@ tests) therefore keep the built-in engine, whose behaviour is unchanged.
 
 Both engines share the trainer's process and GPU (colocated): vLLM gets `gpu_memory_utilization` of it (default
 DEFAULT_GPU_MEMORY, leaving the rest to the trainer) and the trainer's weights every `weight_sync_interval`
-iterations, copied in memory. `[topology]` GPU counts size the job (`[compute]`), see docs/scale.md.
+iterations, copied in memory. `[topology]` GPU counts size the job (`[compute]`), see docs/scale.md. Under
+torchrun each rank builds its own engine; a job of several ranks samples with the built-in engine (vLLM inside a
+data-parallel job is not done).
 """
 
 from __future__ import annotations
@@ -89,9 +91,9 @@ def vllm_installed() -> bool:
         return False
 
 
-def choose_engine(options: VllmOptions | None, *, cuda: bool, installed: bool, requested: str | None = None
-                  ) -> tuple[str, str]:
-    """("vllm" | "builtin", why) for a job."""
+def choose_engine(options: VllmOptions | None, *, cuda: bool, installed: bool, requested: str | None = None,
+                  ranks: int = 1) -> tuple[str, str]:
+    """("vllm" | "builtin", why) for a job (`ranks`: its data-parallel torchrun ranks)."""
     wanted = (requested if requested is not None else os.environ.get(ENGINE_ENV, "auto")).strip().lower() or "auto"
     if wanted not in ENGINES:
         raise InvalidInputError(f"{ENGINE_ENV}={wanted!r} is not a rollout engine.",
@@ -99,6 +101,13 @@ def choose_engine(options: VllmOptions | None, *, cuda: bool, installed: bool, r
     if wanted == "builtin":
         return "builtin", f"{ENGINE_ENV}=builtin"
     missing = [what for what, ok in (("a CUDA GPU", cuda), ("the vllm package", installed)) if not ok]
+    if ranks > 1:  # an in-process vllm.LLM per rank inside torchrun's process group is not done (docs/scale.md)
+        if wanted == "vllm":
+            raise UnavailableError(f"{ENGINE_ENV}=vllm, but the vLLM engine does not run in a data-parallel job "
+                                   f"({ranks} torchrun ranks) yet.",
+                                   hint="Use SYNTH_AI_ROLLOUT_ENGINE=builtin, or one rank "
+                                        "(SYNTH_AI_BACKEND_TORCHRUN_NPROC=1) for vLLM rollouts.")
+        return "builtin", f"data-parallel job ({ranks} ranks): each rank samples with the built-in engine"
     if wanted == "vllm":
         if missing:
             raise UnavailableError(f"{ENGINE_ENV}=vllm, but this machine lacks {' and '.join(missing)}.",
@@ -111,12 +120,12 @@ def choose_engine(options: VllmOptions | None, *, cuda: bool, installed: bool, r
     return "vllm", "[vllm] is set, a CUDA GPU and vllm are present"
 
 
-def build_rollout_engine(settings: Any, trainer: Any, spec: dict[str, Any], reporter: Any) -> Any:
-    """The engine the RL loop samples through (see the module doc)."""
+def build_rollout_engine(settings: Any, trainer: Any, spec: dict[str, Any], reporter: Any, *, ranks: int = 1) -> Any:
+    """The engine the RL loop samples through (see the module doc); each torchrun rank builds its own."""
     from synth_ai.backend.inference.policy_server import LocalPolicyServer
 
     options = vllm_options(spec)
-    name, why = choose_engine(options, cuda=trainer.where.device == "cuda", installed=vllm_installed())
+    name, why = choose_engine(options, cuda=trainer.where.device == "cuda", installed=vllm_installed(), ranks=ranks)
     reporter.event("rl.rollout_engine", f"Rollouts are sampled by the {name} engine ({why}).",
                    {"engine": name, "reason": why,
                     **({"vllm": options.__dict__} if name == "vllm" and options is not None else {})})

@@ -5,7 +5,8 @@ policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the re
 `weight_sync_interval` iterations, evaluation every `[evaluation].every_n_iters`, a checkpoint every
 `checkpoint_interval`. Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
 `rl.images.dropped`, `rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the
-job's terminal events belong to the worker.
+job's terminal events belong to the worker. Under torchrun every rank runs this loop on its share of the groups
+(`rl.data_parallel`); rank 0 alone reports, checkpoints and saves the final model.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.trainers import distributed
+from synth_ai.backend.trainers.rl.data_parallel import from_main, place_rank, run_rollouts, sum_values
 from synth_ai.backend.trainers.rl.judge import Judge, require_judge_key, task_app_rubrics
 from synth_ai.backend.trainers.rl.reward_report import judge_rollouts as _judge
 from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_config
@@ -24,6 +27,7 @@ from synth_ai.backend.trainers.rl.settings import RLSettings, resolve_rl_setting
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.backend.trainers.sft import TrainingCancelled
+from synth_ai.backend.trainers.sft import _Silent as SilentReporter
 
 MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
 
@@ -51,6 +55,10 @@ def environment_key_candidates(spec: dict[str, Any], data_dir: Path | None) -> l
 def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: Any,
            should_stop: Callable[[], bool]) -> dict[str, Any]:
     settings = resolve_rl_settings(spec)
+    dp = distributed.current()
+    if not dp.main:  # the other ranks of a torchrun job train silently; rank 0 reports for the job
+        reporter = SilentReporter()
+    devices = place_rank(spec, dp)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,12 +70,12 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     state = trainer.resume(reporter)
     history: list[dict[str, Any]] = state.get("history", [])
     start = int(state.get("iteration", 0))
-    engine = build_rollout_engine(settings, trainer, spec, reporter)  # built-in, or vLLM on GPUs (engine_choice)
+    engine = build_rollout_engine(settings, trainer, spec, reporter, ranks=dp.world)  # built-in, or vLLM on GPUs (engine_choice)
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
     runner = RolloutRunner(settings, engine, api_key, should_stop)
     judge = Judge(require_judge_key(spec_config(spec)), task_rubrics=task_app_rubrics(settings.task_url, api_key)) \
-        if settings.judge is not None else None
+        if settings.judge is not None and dp.main else None  # rank 0 judges every rollout
     reporter.event("rl.train.started",
                    f"GSPO on {settings.model_id} ({settings.mode}) for {settings.iterations} iterations: "
                    f"{settings.batch_size} seeds x {settings.group_size} rollouts, task app {settings.task_url} "
@@ -79,7 +87,11 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                     "weight_sync_interval": settings.weight_sync_interval, "concurrency": settings.concurrency,
                     "task_url": settings.task_url, "policy_url": runner.policy_url, "device": trainer.where.device,
                     "dtype": trainer.dtype_name, "trainable_params": trainer.trainable_count,
-                    "vision": trainer.vision, "seed": settings.seed,
+                    "vision": trainer.vision, "seed": settings.seed, "world_size": dp.world,
+                    # what [topology] assigns; until an engine runs on its own GPUs (docs/scale.md) it samples
+                    # on the trainer's device
+                    "devices": devices.describe(),
+                    "rollout_device": devices.rollout[0] if devices.colocated else devices.trainer,
                     "step_rewards": settings.step_rewards.mode if settings.step_rewards.active else "off",
                     "judge": f"{settings.judge.provider}:{settings.judge.model}" if settings.judge else None,
                     "judge_rubrics": judge.rubric_source if judge else None})
@@ -90,15 +102,15 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     try:
         for it in range(start, settings.iterations):
             current = it
-            if should_stop():
+            if dp.any(should_stop()):
                 _stop(trainer, reporter, it, start, history, last_eval)
             evaluated = None
             if settings.eval_every and it % settings.eval_every == 0:
-                last_eval = evaluated = _evaluate(runner, settings, reporter, it)
+                last_eval = evaluated = _evaluate(runner, settings, reporter, it, dp)
             started = time.perf_counter()
-            rollouts = runner.run(iteration_jobs(settings, it), mode="rl")
+            rollouts = run_rollouts(runner, iteration_jobs(settings, it), dp, mode="rl")
             rollout_s = time.perf_counter() - started
-            _report_dropped_images(reporter, engine, settings, it)
+            _report_dropped_images(reporter, engine, settings, it, dp)
             failed = [r for r in rollouts if not r.ok]
             if failed:
                 _report_failures(reporter, it, failed, len(rollouts))
@@ -108,7 +120,10 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                     raise TaskAppUnavailable(f"every rollout of iteration {it} failed: {failed[0].error}")
                 continue
             failed_in_a_row = 0
-            judged = _judge(judge, rollouts, reporter, it) if judge is not None else None
+            judged = None
+            if settings.judge is not None:  # rank 0 judges; every rank goes on with the judged rollouts
+                rollouts, judged = from_main(dp, (rollouts, _judge(judge, rollouts, reporter, it) if dp.main
+                                                  else None))
             samples, counts = build_samples(rollouts, settings)
             t_train = time.perf_counter()
             stats = trainer.train(samples) if samples else None
@@ -125,13 +140,15 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                 reporter.event("rl.checkpoint.saved", f"Checkpoint saved after iteration {done}.",
                                {"iteration": done, "path": str(path)})
         if settings.eval_every:
-            last_eval = _evaluate(runner, settings, reporter, settings.iterations)
+            last_eval = _evaluate(runner, settings, reporter, settings.iterations, dp)
             _write_metrics(reporter, [("eval.mean_return", settings.iterations, last_eval, "eval")])
     except RolloutsStopped:
         _stop(trainer, reporter, current, start, history, last_eval)
     finally:
         engine.stop()
 
+    if not dp.main:  # rank 0 saves and registers the model; the other ranks hold the same weights
+        return {"fine_tuned_model": f"rl:{trainer.root_base}:{settings.job_id}", "rank": dp.rank}
     fine_tuned = trainer.save_final(history, last_eval)
     rewards = [h["reward_mean"] for h in history if h.get("reward_mean") is not None]
     summary = {"iterations": settings.iterations, "reward_first": rewards[0] if rewards else None,
@@ -149,9 +166,9 @@ def _stop(trainer: Any, reporter: Any, it: int, start: int, history: list[dict[s
     raise TrainingCancelled(it, path)
 
 
-def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int) -> float | None:
+def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int, dp: Any) -> float | None:
     jobs = [(seed, 0, f"{settings.job_id}-eval{it}-s{seed}") for seed in settings.eval_seeds]
-    results = runner.run(jobs, mode="eval", extra_policy=settings.eval_policy_config)
+    results = run_rollouts(runner, jobs, dp, mode="eval", extra_policy=settings.eval_policy_config)
     ok = [r.reward for r in results if r.ok]
     mean = sum(ok) / len(ok) if ok else None
     reporter.event("rl.eval.summary",
@@ -162,10 +179,10 @@ def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int) -> floa
     return mean
 
 
-def _report_dropped_images(reporter: Any, engine: Any, settings: RLSettings, it: int) -> None:
-    dropped = getattr(engine, "images_dropped", 0)
+def _report_dropped_images(reporter: Any, engine: Any, settings: RLSettings, it: int, dp: Any) -> None:
+    dropped = int(sum_values(dp, [getattr(engine, "images_dropped", 0)])[0])  # every rank's engine
+    engine.images_dropped = 0
     if dropped:
-        engine.images_dropped = 0
         reporter.event("rl.images.dropped",
                        f"iteration {it}: {dropped} image(s) beyond max_images_per_step="
                        f"{settings.max_images_per_step} were dropped from policy prompts (oldest first).",

@@ -6,7 +6,8 @@ recorded while sampling, so that the first update of an iteration is exactly on-
 Optimiser steps per iteration: one over all of the iteration's samples by default (fully on-policy: ratio 1). With
 `max_accumulated_minibatch = m`, each step takes m x `gradient_accumulation_steps` samples, run m at a time; steps
 after the first of an iteration are off-policy and GSPO's clip applies. Rows with images always run one per
-forward pass (their gradients still accumulate into the same step).
+forward pass (their gradients still accumulate into the same step). Under torchrun each rank computes its share
+of every step and the gradients are summed across ranks before clipping (`rl.data_parallel`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from synth_ai.backend.trainers import distributed
 from synth_ai.backend.trainers.rl.advantages import group_returns, turn_advantages
 from synth_ai.backend.trainers.rl.settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout, Sample
@@ -93,6 +95,7 @@ class GSPOTrainer:
         self.settings = settings
         self.store = model_store
         self.workdir = workdir
+        self.dp = distributed.current()  # one process, or this torchrun rank (rl.data_parallel)
         path = model_store.resolve(settings.model_id)
         base_folder = vision_base_folder(model_store, path)
         self.tiny = loading.is_tiny_folder(base_folder)
@@ -148,21 +151,24 @@ class GSPOTrainer:
 
         from synth_ai.backend.trainers.common import NullContext
         from synth_ai.backend.trainers.rl.batches import collate, completion_logprobs, micro_batches
+        from synth_ai.backend.trainers.rl.data_parallel import sum_values
         from synth_ai.backend.trainers.rl.gspo import gspo_loss
 
         s = self.settings
+        dp = self.dp
         per_step = s.micro_batch * max(1, s.gradient_accumulation_steps) if s.micro_batch else len(samples)
-        steps = [micro_batches(samples[i:i + per_step], s.micro_batch or DEFAULT_MICRO_BATCH)
-                 for i in range(0, len(samples), per_step)]
+        # under torchrun each rank takes its share of every step and divides by the step's global count
+        steps = [samples[i:i + per_step] for i in range(0, len(samples), per_step)]
+        mine = [dp.shard(step) for step in steps]
         autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.use_bf16 else NullContext()
         if self.recompute_old:
-            self._recompute_old_logprobs(samples, autocast)
+            self._recompute_old_logprobs([x for share in mine for x in share], autocast)
         total_loss = clipped = 0.0
         ratio_sum = kl_sum = ref_kl_sum = 0.0
         sequences = 0
-        for group in steps:
-            count = sum(len(b) for b in group)
-            for part in group:
+        for step, share in zip(steps, mine):
+            count = len(step)
+            for part in micro_batches(share, s.micro_batch or DEFAULT_MICRO_BATCH):
                 batch = collate(part, self.pad_id, self.where.device)
                 logp = completion_logprobs(self.decoder, self.lm_head, batch, image_pad=self.image_pad,
                                            vision_dtype=self.vision_dtype, autocast=autocast)
@@ -177,11 +183,15 @@ class GSPOTrainer:
                 kl_sum += stats.kl_sum
                 ref_kl_sum += stats.ref_kl_sum
                 sequences += stats.sequences
+            dp.sum_grads(list(self.trainable.values()))
             if s.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), s.max_grad_norm)
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
+        total_loss, clipped, ratio_sum, kl_sum, ref_kl_sum, sequences = sum_values(
+            dp, [total_loss, clipped, ratio_sum, kl_sum, ref_kl_sum, sequences])
+        sequences = int(sequences)
         n = max(1, sequences)
         return TrainStats(loss=total_loss / n, clip_fraction=clipped / n, kl=kl_sum / n, ratio_mean=ratio_sum / n,
                           steps=len(steps), sequences=sequences,
@@ -212,7 +222,10 @@ class GSPOTrainer:
                                        vision_dtype=self.vision_dtype, autocast=autocast)
 
     # Checkpoints ----------------------------------------------------------------------------------------------
-    def checkpoint(self, iteration: int, history: list[dict[str, Any]], last_eval: float | None) -> Path:
+    def checkpoint(self, iteration: int, history: list[dict[str, Any]], last_eval: float | None) -> Path | None:
+        """Rank 0 writes the job's checkpoints (every rank holds the same weights); None on the others."""
+        if not self.dp.main:
+            return None
         from synth_ai.backend.trainers import checkpoints
         from synth_ai.backend.trainers.common import jsonable
 
