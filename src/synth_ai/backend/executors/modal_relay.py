@@ -38,6 +38,7 @@ from synth_ai.backend.db import Database, loads, utcnow
 from synth_ai.backend.executors.modal_plan import ModalPlan, plan_for
 from synth_ai.backend.executors.modal_transport import DB_RELATIVE, Transport, transport_for
 from synth_ai.backend.executors.placement import job_needs
+from synth_ai.backend.executors.remote_needs import job_secrets
 from synth_ai.backend.settings import BackendSettings
 from synth_ai.backend.worker import (
     EXIT_FAILED,
@@ -83,7 +84,8 @@ class Relay:
         stage(self.settings, self.store.db, self.job, bundle)
         self.transport.upload(self.plan, bundle)
         shutil.rmtree(bundle, ignore_errors=True)
-        call_id = self.transport.spawn(self.plan)
+        secrets = job_secrets(self.job["kind"], loads(self.job["payload"]) or {}, self.settings.data_dir)
+        call_id = self.transport.spawn(self.plan, secrets)
         self.state = {"call_id": call_id, "transport": self.transport.name, "gpu": self.plan.gpu,
                       "nodes": self.plan.nodes, "app": self.plan.app_name, "submitted_at": utcnow(),
                       "relayed_seq": 0, "relayed_metric_rowid": 0}
@@ -92,7 +94,8 @@ class Relay:
                              f"Submitted to Modal: {self.plan.gpu}"
                              + (f" x {self.plan.nodes} nodes" if self.plan.nodes > 1 else "") + f" (call {call_id}).",
                              {"call_id": call_id, "gpu": self.plan.gpu, "nodes": self.plan.nodes,
-                              "app": self.plan.app_name, "transport": self.transport.name}, "info")
+                              "app": self.plan.app_name, "transport": self.transport.name,
+                              "secrets": sorted(secrets)}, "info")  # names only
         return call_id
 
     # Stream -------------------------------------------------------------------------------------------------
