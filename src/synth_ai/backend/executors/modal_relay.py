@@ -35,7 +35,7 @@ from typing import Any
 
 from synth_ai.backend import jobs as J
 from synth_ai.backend.db import Database, loads, utcnow
-from synth_ai.backend.executors.modal_plan import ModalPlan, plan_for
+from synth_ai.backend.executors.modal_plan import DEFAULT_TIMEOUT_S, ModalPlan, plan_for
 from synth_ai.backend.executors.modal_transport import DB_RELATIVE, Transport, transport_for
 from synth_ai.backend.executors.placement import job_needs
 from synth_ai.backend.executors.remote_needs import job_secrets
@@ -53,6 +53,7 @@ from synth_ai.fsutil import atomic_write_text
 
 STATE_FILE = "remote.json"
 POLL_ENV = "SYNTH_AI_MODAL_POLL_S"
+TIMEOUT_ENV = "SYNTH_AI_MODAL_TIMEOUT_S"  # the Modal function's timeout; Modal's longest (24 h) by default
 # Lifecycle events belong to the backend that owns the job; the remote database's copies are not relayed.
 LIFECYCLE = (J.EV_CREATED, J.EV_QUEUED, J.EV_WORKER_STARTED, J.EV_COMPLETED, J.EV_FAILED, J.EV_CANCELLED,
              J.EV_CANCEL_REQUESTED, J.EV_REQUEUED, J.EV_INTERRUPTED)
@@ -210,8 +211,8 @@ def run(job_id: str) -> int:
         return EXIT_OK
     try:
         payload = loads(job["payload"]) or {}
-        relay = Relay(settings, store, job, plan_for(job_id, job_needs(kind, job["model"], payload)),
-                      transport_for())
+        relay = Relay(settings, store, job, plan_for(job_id, job_needs(kind, job["model"], payload),
+                                                      timeout_s=function_timeout_s()), transport_for())
         call_id = relay.submit_or_reattach()
     except Exception as exc:  # noqa: BLE001 - every failure to submit becomes the job's reason
         reason = f"could not submit the job to Modal: {_reason(exc)}"
@@ -219,7 +220,7 @@ def run(job_id: str) -> int:
                          event=(J.EV_FAILED, f"Job failed: {reason}", {"reason": reason}, "error"), message=reason)
         return EXIT_FAILED
     poll = float(os.environ.get(POLL_ENV, "") or 2.0)
-    deadline = time.monotonic() + relay.plan.timeout_s + 600
+    deadline = time.monotonic() + relay.plan.timeout_s + min(600, relay.plan.timeout_s)  # Modal stops it first
     while True:
         remote = relay.relay_once()
         if relay.transport.done(call_id):
@@ -245,6 +246,11 @@ def run(job_id: str) -> int:
                             "reattaches to it when it starts again.", {"call_id": call_id}, "warning")
             return EXIT_INTERRUPTED
         time.sleep(poll)
+
+
+def function_timeout_s() -> int:
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    return min(int(raw), DEFAULT_TIMEOUT_S) if raw.isdigit() and int(raw) > 0 else DEFAULT_TIMEOUT_S
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -1,14 +1,20 @@
-"""RL jobs on the modal executor: the container gets the task app's key from the backend (and nothing stores it),
-the policy it trains is reached through a token-guarded URL, and a task app a Modal container could not reach is
-refused at create time. The container is emulated (SYNTH_AI_MODAL_EMULATE): the job function runs in a subprocess
-started with this backend's environment minus its secrets, as a Modal container gets none of them."""
+"""Jobs on the modal executor beyond the SFT protocol test (tests/test_executor_modal.py): RL jobs (the container
+gets the task app's key from the backend and nothing stores it, the policy is reached through a token-guarded URL,
+a task app a Modal container could not reach is refused at create time), RL jobs nothing here can run, the job
+function trained through Modal's own `.local()`, and the function timeout. The container is emulated
+(SYNTH_AI_MODAL_EMULATE): the job function runs in a subprocess started with this backend's environment minus its
+secrets, as a Modal container gets none of them."""
 
 from __future__ import annotations
+
+import json
+import os
+import signal
 
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, link_tiny, wait_for
+from backend_support import TINY_TEXT, BackendProcess, chat_jsonl, link_tiny, sft_body, upload, wait_for
 from rl_support import quiz_app, rl_body
 from taskapp_support import running_app
 
@@ -17,6 +23,7 @@ NO_KEYS = {"ENVIRONMENT_API_KEY": "", "DEV_ENVIRONMENT_API_KEY": "", "dev_enviro
            "ENVIRONMENT_API_KEY_ALIASES": ""}
 MODAL = {"SYNTH_AI_BACKEND_EXECUTOR": "modal", "MODAL_TOKEN_ID": "ak-offline", "MODAL_TOKEN_SECRET": "as-offline",
          "SYNTH_AI_BACKEND_WARM_WORKER": "0", "SYNTH_AI_MODAL_POLL_S": "0.3"}
+H100 = {"effective_config": {"compute": {"gpu_type": "H100", "gpu_count": 1}}}  # an SFT job's [compute]
 
 
 def test_unreachable_task_urls_are_named():
@@ -126,5 +133,86 @@ def test_an_rl_job_on_modal_takes_the_task_apps_key_along_and_nothing_stores_it(
                   if p.is_file() and p.name != "env_keys.json" and APP_KEY.encode() in p.read_bytes()]
         assert leaked == []  # not on the volume, not in the job's payload, events or logs
         assert APP_KEY not in backend.log()
+    finally:
+        backend.stop()
+
+
+def test_an_rl_job_nothing_here_can_run_is_refused_at_create(tmp_path, tiny_text_models):
+    data = tmp_path / "data"
+    link_tiny(data, tiny_text_models)
+    backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_GPUS": "0", "MODAL_TOKEN_ID": "", "MODAL_TOKEN_SECRET": "",
+                                        "MODAL_CONFIG_PATH": str(tmp_path / "no-modal.toml")}).start()
+    try:
+        with backend.client() as api:
+            body = rl_body("http://127.0.0.1:8102")
+            body["data"]["base_model"] = "Qwen/Qwen3-14B"  # RL-capable, too big for CPU
+            refused = api.post("/rl/jobs", json=body)
+            assert refused.status_code == 400, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "no_executor" and "modal token set" in error["hint"]
+            assert error["details"]["model"] == "Qwen/Qwen3-14B" and error["details"]["local_gpus"] == 0
+    finally:
+        backend.stop()
+
+
+def test_the_job_function_trains_a_staged_job_through_modals_local(tmp_path, tiny_text_models, monkeypatch):
+    """What the relay puts on the volume, run by Modal's own `.local()` of the function `build_app` makes."""
+    pytest.importorskip("modal")
+    from synth_ai.backend import jobs as J
+    from synth_ai.backend.db import Database
+    from synth_ai.backend.executors.modal_plan import build_app, plan_for
+    from synth_ai.backend.executors.modal_relay import stage
+    from synth_ai.backend.executors.placement import job_needs
+    from synth_ai.backend.settings import BackendSettings
+
+    data = tmp_path / "data"
+    link_tiny(data, tiny_text_models)
+    backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
+    try:
+        with backend.client() as api:
+            file_id = upload(api, chat_jsonl(tmp_path / "chat.jsonl", n=4)).json()["id"]
+            created = api.post("/learning/jobs", json=sft_body(file_id, steps=3, per_device_batch=2))
+            assert created.status_code == 201, created.text  # created, never started here
+            job_id = created.json()["id"]
+    finally:
+        backend.stop()
+    settings = BackendSettings(data_dir=data)
+    store = J.JobStore(Database(settings.db_path))
+    volume_dir = tmp_path / "vol" / job_id
+    stage(settings, store.db, store.get(job_id), volume_dir)
+    plan = plan_for(job_id, job_needs("sft", TINY_TEXT, {"metadata": H100}))
+    _, function = build_app(plan, {"ENVIRONMENT_API_KEY": "sk-not-stored"})
+    assert len(function._spec_.secrets) == 2  # the named secret and the run's own (modal's private record)
+    for name in ("SYNTH_AI_HOME", "SYNTH_AI_BACKEND_EXECUTOR"):  # the job function sets them for itself
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        result = function.local(job_id, str(volume_dir))
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert result["status"] == "succeeded" and result["exit_code"] == 0, result
+    assert result["fine_tuned_model"] == f"ft:{TINY_TEXT}:{job_id}"
+    assert (volume_dir / "backend" / "jobs" / job_id / "work" / "final" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_modal_call_past_its_timeout_is_cancelled_and_the_job_fails(tmp_path, tiny_text_models):
+    data, volume = tmp_path / "data", tmp_path / "volume"
+    link_tiny(data, tiny_text_models)
+    env = {**MODAL, "SYNTH_AI_MODAL_EMULATE": str(volume), "SYNTH_AI_MODAL_TIMEOUT_S": "2"}
+    backend = BackendProcess(data, env=env).start()
+    try:
+        with backend.client() as api:
+            file_id = upload(api, chat_jsonl(tmp_path / "chat.jsonl", n=4)).json()["id"]
+            job_id = api.post("/learning/jobs", json={**sft_body(file_id, steps=100000), "metadata": H100}).json()["id"]
+            assert api.post(f"/learning/jobs/{job_id}/start").status_code == 200
+            row = wait_for(lambda: (lambda r: r if r["status"] in {"succeeded", "failed", "cancelled"} else None)(
+                api.get(f"/learning/jobs/{job_id}").json()), timeout=120, interval=0.3, what="the timeout")
+            assert row["status"] == "failed" and "ran past the job's timeout (2 s)" in row["error"], row
+        call_id = int(json.loads((data / "backend" / "jobs" / job_id / "remote.json").read_text())["call_id"])
+        wait_for(lambda: not os.path.exists(f"/proc/{call_id}") or
+                 open(f"/proc/{call_id}/stat").read().rsplit(")", 1)[-1].split()[0] == "Z",
+                 timeout=60, what="the remote call to be cancelled")
     finally:
         backend.stop()
