@@ -6,7 +6,8 @@ the Modal app built from it (`build_app`, imports `modal` but needs no token unt
   version), plus the `vllm` extra for RL jobs (GPU images only); the `synth_ai` source itself comes from here.
 - Volume `synth-ai-jobs` mounted at /vol: the job's data dir (`/vol/<job_id>`: its files, checkpoints, final
   model) so a restarted container resumes from the last checkpoint and the backend can read the results.
-- Secrets: `synth-ai-training` (HF token and the like), always by name, never by value.
+- Secrets: `synth-ai-training` (HF token and the like) by name; the job's own (its task app's key, its judge's)
+  as an ephemeral secret of the run (`remote_needs`).
 
 The remote function body is `remote_job`: it runs the job worker (`synth_ai.backend.worker.run`), the same job
 function the local executor starts, against the job's data dir on the volume.
@@ -91,8 +92,9 @@ def plan_for(job_id: str, needs: JobNeeds, *, timeout_s: int = DEFAULT_TIMEOUT_S
                      pip=requirements(extras))
 
 
-def build_app(plan: ModalPlan) -> tuple[Any, Any]:
-    """(app, function) for one job. Building needs no token; running (`.spawn`) does."""
+def build_app(plan: ModalPlan, secrets: dict[str, str] | None = None) -> tuple[Any, Any]:
+    """(app, function) for one job. Building needs no token; running (`.spawn`) does. `secrets` (the job's own,
+    `remote_needs.job_secrets`) become an ephemeral secret of this app run, by value, stored nowhere else."""
     import modal
 
     # the training stack from PyPI, this package from this checkout: the container runs the code this backend runs
@@ -101,12 +103,14 @@ def build_app(plan: ModalPlan) -> tuple[Any, Any]:
              .add_local_python_source("synth_ai"))
     app = modal.App(plan.app_name)
     volume = modal.Volume.from_name(plan.volume, create_if_missing=True)
-    secrets = [modal.Secret.from_name(name) for name in plan.secrets]
+    attached = [modal.Secret.from_name(name) for name in plan.secrets]
+    if secrets:
+        attached.append(modal.Secret.from_dict(dict(secrets)))
     body = remote_job
     if plan.nodes > 1:
         clustered = getattr(modal, "clustered", None) or modal.experimental.clustered
         body = clustered(size=plan.nodes)(body)
-    function = app.function(gpu=plan.gpu, image=image, volumes={plan.volume_path: volume}, secrets=secrets,
+    function = app.function(gpu=plan.gpu, image=image, volumes={plan.volume_path: volume}, secrets=attached,
                             timeout=plan.timeout_s, name="run_job")(body)
     return app, function
 
@@ -165,6 +169,7 @@ def _fetch_base_model(model: str) -> None:
 def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
     """The job function on Modal (or here, through `.local()`): the backend's job worker on the job's data dir."""
     os.environ["SYNTH_AI_HOME"] = data_dir
+    os.environ["SYNTH_AI_BACKEND_EXECUTOR"] = "local"  # the job runs right here, whatever the submitting backend uses
     from synth_ai.backend.db import Database
     from synth_ai.backend.settings import BackendSettings
     from synth_ai.backend.worker import run
@@ -176,6 +181,10 @@ def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
     job = db.conn().execute("SELECT model FROM jobs WHERE id = ?", (job_id,)).fetchone()
     if job is not None and os.environ.get("MODAL_TASK_ID"):
         _fetch_base_model(str(job["model"]))
+        # the task app is not in this container: the policy it calls is reached through a Modal tunnel
+        from synth_ai.backend.trainers.rl.policy_exposure import TUNNEL_ENV
+
+        os.environ.setdefault(TUNNEL_ENV, "modal")
     committer = _VolumeCommitter(settings.db_path) if os.environ.get("MODAL_TASK_ID") else None
     try:
         code = run(job_id)

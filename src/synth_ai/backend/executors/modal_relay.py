@@ -35,9 +35,10 @@ from typing import Any
 
 from synth_ai.backend import jobs as J
 from synth_ai.backend.db import Database, loads, utcnow
-from synth_ai.backend.executors.modal_plan import ModalPlan, plan_for
+from synth_ai.backend.executors.modal_plan import DEFAULT_TIMEOUT_S, ModalPlan, plan_for
 from synth_ai.backend.executors.modal_transport import DB_RELATIVE, Transport, transport_for
 from synth_ai.backend.executors.placement import job_needs
+from synth_ai.backend.executors.remote_needs import job_secrets
 from synth_ai.backend.settings import BackendSettings
 from synth_ai.backend.worker import (
     EXIT_FAILED,
@@ -52,6 +53,7 @@ from synth_ai.fsutil import atomic_write_text
 
 STATE_FILE = "remote.json"
 POLL_ENV = "SYNTH_AI_MODAL_POLL_S"
+TIMEOUT_ENV = "SYNTH_AI_MODAL_TIMEOUT_S"  # the Modal function's timeout; Modal's longest (24 h) by default
 # Lifecycle events belong to the backend that owns the job; the remote database's copies are not relayed.
 LIFECYCLE = (J.EV_CREATED, J.EV_QUEUED, J.EV_WORKER_STARTED, J.EV_COMPLETED, J.EV_FAILED, J.EV_CANCELLED,
              J.EV_CANCEL_REQUESTED, J.EV_REQUEUED, J.EV_INTERRUPTED)
@@ -83,7 +85,8 @@ class Relay:
         stage(self.settings, self.store.db, self.job, bundle)
         self.transport.upload(self.plan, bundle)
         shutil.rmtree(bundle, ignore_errors=True)
-        call_id = self.transport.spawn(self.plan)
+        secrets = job_secrets(self.job["kind"], loads(self.job["payload"]) or {}, self.settings.data_dir)
+        call_id = self.transport.spawn(self.plan, secrets)
         self.state = {"call_id": call_id, "transport": self.transport.name, "gpu": self.plan.gpu,
                       "nodes": self.plan.nodes, "app": self.plan.app_name, "submitted_at": utcnow(),
                       "relayed_seq": 0, "relayed_metric_rowid": 0}
@@ -92,7 +95,8 @@ class Relay:
                              f"Submitted to Modal: {self.plan.gpu}"
                              + (f" x {self.plan.nodes} nodes" if self.plan.nodes > 1 else "") + f" (call {call_id}).",
                              {"call_id": call_id, "gpu": self.plan.gpu, "nodes": self.plan.nodes,
-                              "app": self.plan.app_name, "transport": self.transport.name}, "info")
+                              "app": self.plan.app_name, "transport": self.transport.name,
+                              "secrets": sorted(secrets)}, "info")  # names only
         return call_id
 
     # Stream -------------------------------------------------------------------------------------------------
@@ -207,8 +211,8 @@ def run(job_id: str) -> int:
         return EXIT_OK
     try:
         payload = loads(job["payload"]) or {}
-        relay = Relay(settings, store, job, plan_for(job_id, job_needs(kind, job["model"], payload)),
-                      transport_for())
+        relay = Relay(settings, store, job, plan_for(job_id, job_needs(kind, job["model"], payload),
+                                                      timeout_s=function_timeout_s()), transport_for())
         call_id = relay.submit_or_reattach()
     except Exception as exc:  # noqa: BLE001 - every failure to submit becomes the job's reason
         reason = f"could not submit the job to Modal: {_reason(exc)}"
@@ -216,7 +220,7 @@ def run(job_id: str) -> int:
                          event=(J.EV_FAILED, f"Job failed: {reason}", {"reason": reason}, "error"), message=reason)
         return EXIT_FAILED
     poll = float(os.environ.get(POLL_ENV, "") or 2.0)
-    deadline = time.monotonic() + relay.plan.timeout_s + 600
+    deadline = time.monotonic() + relay.plan.timeout_s + min(600, relay.plan.timeout_s)  # Modal stops it first
     while True:
         remote = relay.relay_once()
         if relay.transport.done(call_id):
@@ -242,6 +246,11 @@ def run(job_id: str) -> int:
                             "reattaches to it when it starts again.", {"call_id": call_id}, "warning")
             return EXIT_INTERRUPTED
         time.sleep(poll)
+
+
+def function_timeout_s() -> int:
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    return min(int(raw), DEFAULT_TIMEOUT_S) if raw.isdigit() and int(raw) > 0 else DEFAULT_TIMEOUT_S
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -31,7 +31,7 @@ class Transport(Protocol):
 
     def upload(self, plan: ModalPlan, local_dir: Path) -> None: ...
 
-    def spawn(self, plan: ModalPlan) -> str: ...
+    def spawn(self, plan: ModalPlan, secrets: dict[str, str]) -> str: ...
 
     def done(self, call_id: str) -> bool: ...
 
@@ -59,8 +59,10 @@ class EmulatedTransport:
     def upload(self, plan: ModalPlan, local_dir: Path) -> None:
         shutil.copytree(local_dir, self._dir(plan), dirs_exist_ok=True)
 
-    def spawn(self, plan: ModalPlan) -> str:
-        env = {k: v for k, v in os.environ.items() if k not in {"SYNTH_AI_BACKEND_PARENT_PID"}}
+    def spawn(self, plan: ModalPlan, secrets: dict[str, str]) -> str:
+        from synth_ai.backend.executors.remote_needs import container_environ
+
+        env = {k: v for k, v in container_environ(secrets).items() if k != "SYNTH_AI_BACKEND_PARENT_PID"}
         log = open(self._dir(plan) / "remote.log", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen([sys.executable, "-m", __name__, plan.job_id, str(self._dir(plan))], env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -111,10 +113,10 @@ class ModalTransport:  # needs a Modal token and the network: not exercised by t
         with volume.batch_upload(force=True) as batch:
             batch.put_directory(str(local_dir), f"/{plan.job_id}")
 
-    def spawn(self, plan: ModalPlan) -> str:
+    def spawn(self, plan: ModalPlan, secrets: dict[str, str]) -> str:
         from synth_ai.backend.executors.modal_plan import build_app
 
-        app, function = build_app(plan)
+        app, function = build_app(plan, secrets)
         with app.run(detach=True):
             call = function.spawn(plan.job_id, plan.data_dir)
         return str(call.object_id)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import hmac
 import json
 import logging
 import threading
@@ -88,12 +89,15 @@ class LocalPolicyServer:
         self.requests = 0
         self.max_images = max_images
         self.images_dropped = 0
+        # set before start() when the server is reached through a public tunnel (trainers/rl/policy_exposure.py)
+        self.bind_host = "127.0.0.1"
+        self.path_token: str | None = None
 
     # RolloutEngine ------------------------------------------------------------------------------------------
     def start(self) -> str:
         if self._server is None:
             handler = _handler_for(self)
-            self._server = _PolicyHTTPServer(("127.0.0.1", 0), handler)
+            self._server = _PolicyHTTPServer((self.bind_host, 0), handler)
             self._server.daemon_threads = True
             self._thread = threading.Thread(target=self._server.serve_forever, name="policy-server", daemon=True)
             self._thread.start()
@@ -208,8 +212,27 @@ def _handler_for(server: LocalPolicyServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _route(self) -> str | None:
+            """The request's path without the server's path token; None (after a 404) when the token is wrong."""
+            path = urlsplit(self.path).path
+            if server.path_token is None:
+                return path
+            _, marker, token, rest = (path.split("/", 3) + ["", "", ""])[:4]
+            if marker == "p" and hmac.compare_digest(token.encode(), server.path_token.encode()):
+                return "/" + rest
+            length = int(self.headers.get("Content-Length") or 0)
+            if 0 < length <= MAX_BODY_BYTES:
+                self.rfile.read(length)  # drained: closing on unread data would reset the connection
+            else:
+                self.close_connection = length > 0
+            self._send(404, _error("not_found", "No such route."))  # says nothing about the token
+            return None
+
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
-            path = urlsplit(self.path).path.rstrip("/")
+            route = self._route()
+            if route is None:
+                return
+            path = route.rstrip("/")
             if path.endswith("/models"):
                 self._send(200, {"object": "list", "data": [{"id": server.model_id, "object": "model"}]})
             elif path in ("", "/health"):
@@ -219,8 +242,11 @@ def _handler_for(server: LocalPolicyServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
             parts = urlsplit(self.path)
-            if not parts.path.rstrip("/").endswith("/chat/completions"):
-                self._send(404, _error("not_found", f"No route {parts.path}; use /v1/chat/completions"))
+            route = self._route()
+            if route is None:
+                return
+            if not route.rstrip("/").endswith("/chat/completions"):
+                self._send(404, _error("not_found", f"No route {route}; use /v1/chat/completions"))
                 return
             cid = (parse_qs(parts.query).get("cid") or [None])[0]
             try:

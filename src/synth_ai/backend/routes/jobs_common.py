@@ -113,10 +113,32 @@ def require_executor(backend: Backend, kind: str, model: str, payload: dict[str,
     try:
         if choose(backend.settings.executor, needs) == "modal":
             plan_for("check", needs)  # a [compute] Modal cannot give (an unknown GPU, 16 per container) is a 400 now
+            _require_reachable_task_app(kind, payload)
     except NoExecutorError as exc:
         raise ApiError(400, exc.code, exc.message, hint=exc.hint, details=exc.details) from None
     except InvalidInputError as exc:
         raise ApiError(400, "invalid_compute", exc.message, hint=exc.hint) from None
+
+
+def _require_reachable_task_app(kind: str, payload: dict[str, Any]) -> None:
+    """An RL job going to Modal calls its task app from there: one on this machine's loopback or private network
+    would fail every rollout."""
+    import os
+
+    from synth_ai.backend.executors.modal_transport import EMULATE_ENV
+    from synth_ai.backend.executors.remote_needs import unreachable_reason
+
+    data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
+    url = str(data.get("endpoint_base_url") or "")
+    if kind != "rl" or not url or os.environ.get(EMULATE_ENV, "").strip():  # an emulated container runs here
+        return
+    why = unreachable_reason(url)
+    if why is not None:
+        raise ApiError(400, "task_app_unreachable",
+                       f"This RL job runs on Modal, and its task app at {url} cannot be reached from there: {why}.",
+                       hint="Deploy the task app (`synth-ai deploy <app-id> --name <name>`) and pass its URL with "
+                            "--task-url (or [services].task_url), or serve it on a public address.",
+                       details={"field": "data.endpoint_base_url", "executor": "modal"})
 
 
 def start_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from synth_ai.backend.trainers.rl.advantages import InvalidRollout, read_rewards
+from synth_ai.backend.trainers.rl.policy_exposure import policy_url
 from synth_ai.backend.trainers.rl.settings import RLSettings
 from synth_ai.backend.trainers.rl.task_client import TaskAppClient, TaskAppTimeout, TaskAppUnreachable
 from synth_ai.backend.trainers.rl.types import Rollout
@@ -94,7 +95,7 @@ class RolloutRunner:
         self.engine = engine
         self.api_key = api_key
         self.should_stop = should_stop
-        self.policy_url = engine.start()
+        self.policy_url = policy_url(engine)  # loopback, or a tunnel when the job runs on Modal
         self._client: TaskAppClient | None = None  # kept across iterations where it can be (its connections)
 
     def run(self, jobs: list[tuple[int, int, str]], *, mode: str, extra_policy: dict[str, Any] | None = None

@@ -1,0 +1,79 @@
+"""What a job run on Modal needs from this backend beyond its data dir: the secrets it calls others with, and a
+task app it can reach.
+
+- Secrets: an RL job presents the task app's ENVIRONMENT_API_KEY, and a `[judge]` job its provider's key. This
+  backend knows them (its environment, `env_keys.json`, a key sent with the job); the container does not. They go
+  along as an ephemeral Modal secret made at submit (`modal.Secret.from_dict`), by value, never written to the
+  volume, the job's payload or its events (those name the variables only).
+- Reach: a container on Modal cannot call a task app on this machine's loopback or private network, so an RL job
+  that would go to Modal with such a `task_url` is refused at create time rather than failing every rollout.
+
+The emulated transport (SYNTH_AI_MODAL_EMULATE) runs the container here, so loopback is reachable there; it starts
+the job with `container_environ`, this process's environment without its secrets, so that only what this module
+passes reaches the job, as on Modal.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from synth_ai.backend.auth import ENV_KEY_NAMES
+
+_SECRET_SUFFIXES = ("_API_KEY", "_API_KEYS", "_TOKEN", "_TOKEN_SECRET", "_SECRET")
+
+
+def job_secrets(kind: str, payload: dict[str, Any], data_dir: Any,
+                environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment variables (name -> value) the job needs inside its container."""
+    if kind != "rl":
+        return {}
+    from synth_ai.backend.trainers.rl.judge import resolve_judge
+    from synth_ai.backend.trainers.rl.loop import environment_key_candidates
+    from synth_ai.backend.trainers.rl.reward_report import spec_config
+    from synth_ai.backend.trainers.rl.rollouts import pick_environment_key
+
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
+    task_url = str(data.get("endpoint_base_url") or "").rstrip("/")
+    if task_url:
+        # the key the task app accepts now (refusing every key raises: the job could not roll out anyway)
+        key = pick_environment_key(task_url, environment_key_candidates(payload, data_dir))
+        if key:
+            out["ENVIRONMENT_API_KEY"] = key
+    judge = resolve_judge(spec_config(payload))
+    if judge is not None and (env.get(judge.key_env) or "").strip():  # also used, when set, with an overridden URL
+        out[judge.key_env] = env[judge.key_env].strip()
+    return out
+
+
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return (name in ENV_KEY_NAMES or upper == "ENVIRONMENT_API_KEY_ALIASES" or upper.startswith("MODAL_TOKEN")
+            or upper.endswith(_SECRET_SUFFIXES))
+
+
+def container_environ(secrets: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment an emulated container starts with: this one without any secret, plus the job's own."""
+    env = os.environ if environ is None else environ
+    return {**{k: v for k, v in env.items() if not is_secret_name(k)}, **secrets}
+
+
+def unreachable_reason(task_url: str) -> str | None:
+    """Why a Modal container could not call `task_url` (None when it could, as far as the address tells)."""
+    host = (urlsplit(task_url).hostname or "").strip("[]").lower()
+    if host in {"localhost", ""} or host.endswith(".localhost") or host.endswith(".local"):
+        return f"{host or 'no host'} names this machine or its local network"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None  # a DNS name: assume public (a tunnel, a Modal web endpoint)
+    if address.is_loopback or address.is_unspecified:
+        return f"{host} is this machine's loopback address"
+    if address.is_private or address.is_link_local:
+        return f"{host} is a private-network address"
+    return None
