@@ -183,19 +183,33 @@ def test_multi_turn_calls_with_tools_and_thinking_are_recorded_token_for_token(p
 def test_the_same_cid_samples_the_same_tokens_whatever_the_order(policy):
     server, url, _model, _tok = policy
     body = {"model": "m", "messages": [{"role": "user", "content": "What color is the sky?"}], "max_tokens": 8}
-    answers = {}
-    for cid in ("job-it3-s1-g0", "job-it3-s1-g1", "job-it3-s1-g0"):
-        httpx.post(f"{url}?cid={cid}", json=body, timeout=60).raise_for_status()
-        answers.setdefault(cid, []).append(server.take_calls(cid)[0].samples[0].completion_ids)
-    assert answers["job-it3-s1-g0"][0] == answers["job-it3-s1-g0"][1]
+
+    def sample(engine, engine_url: str, cid: str) -> list[int]:
+        httpx.post(f"{engine_url}?cid={cid}", json=body, timeout=60).raise_for_status()
+        return engine.take_calls(cid)[0].samples[0].completion_ids
+
+    first = sample(server, url, "job-it3-s1-g0")
+    sample(server, url, "job-it3-s1-g1")
+    again = type(server)(server.served, seed=7, cid_prefix="job-")  # the same job, calls in another order
     prefixed = type(server)(server.served, seed=7, cid_prefix="other-job-")  # same seed, another job
     try:
-        other_url = prefixed.start()
-        httpx.post(f"{other_url}?cid=other-job-it3-s1-g0", json=body, timeout=60).raise_for_status()
-        assert prefixed.take_calls("other-job-it3-s1-g0")[0].samples[0].completion_ids == \
-            answers["job-it3-s1-g0"][0]  # a job's id does not change what its seeds sample
+        again_url, other_url = again.start(), prefixed.start()
+        sample(again, again_url, "job-it3-s1-g1")
+        assert sample(again, again_url, "job-it3-s1-g0") == first
+        assert sample(prefixed, other_url, "other-job-it3-s1-g0") == first  # a job's id does not change seeds
     finally:
+        again.stop()
         prefixed.stop()
+
+
+def test_calls_arriving_after_their_cid_was_taken_are_answered_but_not_kept(policy):
+    """A timed-out attempt's task app may go on calling the policy after the trainer took (settled) its cid."""
+    server, url, _model, _tok = policy
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert server.take_calls("job-late") == []  # the attempt timed out before any call came
+    answer = httpx.post(f"{url}?cid=job-late", json=body, timeout=60)
+    assert answer.status_code == 200 and answer.json()["choices"]
+    assert "job-late" not in server._calls and server.take_calls("job-late") == []
 
 
 def test_policy_server_drops_the_oldest_images_beyond_the_limit():

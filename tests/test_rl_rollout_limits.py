@@ -1,0 +1,66 @@
+"""The rollout side of an RL run, for real (tiny Qwen3, the color-quiz app over HTTP, `run_rl` in process): a
+rollout that times out is counted and left out and its late policy calls are not kept."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from rl_support import Recorder, quiz_app, run_in_process
+from taskapp_support import running_app
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("torch")
+
+ENV_KEY = "sk_env_rl_limits_0123456789"
+POLICY = {"temperature": 1.0, "max_tokens": 12, "timeout_s": 60}  # policy calls may outlive the rollout timeout
+
+
+@pytest.fixture(autouse=True)
+def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    return ENV_KEY
+
+
+@pytest.fixture
+def engines(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The rollout engines `run_rl` builds (to look at what they still hold once the run is over)."""
+    from synth_ai.backend.trainers.rl import engine_choice
+
+    built: list = []
+    real = engine_choice.build_rollout_engine
+
+    def keep(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(engine_choice, "build_rollout_engine", keep)
+    return built
+
+
+def test_a_timed_out_rollout_is_counted_left_out_and_its_late_calls_are_dropped(tmp_path: Path,
+                                                                                tiny_text_models: list[Path],
+                                                                                engines: list):
+    late = threading.Semaphore(0)  # released once per finished episode of the slow seed
+    app = quiz_app(delay=lambda seed: 5.0 if seed == 1 else 0.0,
+                   finished=lambda seed: late.release() if seed == 1 else None)
+
+    def on_event(kind: str) -> None:
+        if kind == "rl.rollouts.failed":  # hold the run until the timed-out episodes have called the policy
+            for _ in range(4):
+                assert late.acquire(timeout=120)
+
+    recorder = Recorder(on_event=on_event)
+    with running_app(app) as url:
+        run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=2, rollout_timeout_s=4.0,
+                       rollout_retries=0, tables={"rollout": {"policy_config": POLICY}})
+    failures = recorder.of("rl.rollouts.failed")
+    assert len(failures) == 1 and failures[0]["data"]["by_kind"] == {"timeout": 4}
+    assert "did not answer within 4s" in failures[0]["data"]["first_error"]
+    assert recorder.series("rollouts.errors") == [4, 0]
+    steps = recorder.of("rl.train.step")
+    assert [s["data"]["groups"] for s in steps] == [1, 2]  # seed 1's group is left out of iteration 0
+    # 12 episodes made their call in time and the four late ones after their cids were settled: nothing is kept
+    assert engines and engines[0].requests == 12 + 4 and dict(engines[0]._calls) == {}
