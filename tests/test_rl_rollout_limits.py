@@ -1,5 +1,6 @@
 """The rollout side of an RL run, for real (tiny Qwen3, the color-quiz app over HTTP, `run_rl` in process): a
-rollout that times out is counted and left out and its late policy calls are not kept."""
+rollout that times out is counted and left out and its late policy calls are not kept; the concurrency bound
+holds and a retry's back-off frees its slot."""
 
 from __future__ import annotations
 
@@ -64,3 +65,19 @@ def test_a_timed_out_rollout_is_counted_left_out_and_its_late_calls_are_dropped(
     assert [s["data"]["groups"] for s in steps] == [1, 2]  # seed 1's group is left out of iteration 0
     # 12 episodes made their call in time and the four late ones after their cids were settled: nothing is kept
     assert engines and engines[0].requests == 12 + 4 and dict(engines[0]._calls) == {}
+
+
+def test_concurrency_is_bounded_and_a_retry_back_off_frees_its_slot(tmp_path: Path, tiny_text_models: list[Path]):
+    gauge: dict[str, int] = {}
+    attempts: list[str] = []  # run ids in the order the task app got them
+    first = "rljob_local-it0-s0-g0"
+    app = quiz_app(delay=0.05, gauge=gauge, fail=lambda run_id: attempts.append(run_id) or run_id == first)
+    recorder = Recorder()
+    with running_app(app) as url:
+        run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=1, async_semaphore_max=1,
+                       tables={"rollout": {"max_concurrent_rollouts": 8, "policy_config": POLICY}})
+    assert gauge["peak"] == 1  # min(max_concurrent_rollouts = 8, async_semaphore_max = 1)
+    assert not recorder.of("rl.rollouts.failed")  # the failed attempt was retried and succeeded
+    # while the failed attempt waits out its back-off, the next rollout takes the one slot
+    assert attempts[0] == first and attempts[1] != f"{first}-r1" and f"{first}-r1" in attempts
+    assert len(attempts) == 9
