@@ -1,6 +1,6 @@
 """The rollout side of an RL run, for real (tiny Qwen3, the color-quiz app over HTTP, `run_rl` in process): a
 rollout that times out is counted and left out and its late policy calls are not kept; the concurrency bound
-holds and a retry's back-off frees its slot."""
+holds and a retry's back-off frees its slot; thinking_mode / thinking_budget from [rollout] reach the policy."""
 
 from __future__ import annotations
 
@@ -81,3 +81,31 @@ def test_concurrency_is_bounded_and_a_retry_back_off_frees_its_slot(tmp_path: Pa
     # while the failed attempt waits out its back-off, the next rollout takes the one slot
     assert attempts[0] == first and attempts[1] != f"{first}-r1" and f"{first}-r1" in attempts
     assert len(attempts) == 9
+
+
+def test_thinking_mode_and_budget_from_the_job_config_reach_inference(tmp_path: Path, tiny_text_models: list[Path],
+                                                                      engines: list, monkeypatch: pytest.MonkeyPatch):
+    from synth_ai.backend.inference.policy_server import LocalPolicyServer
+
+    taken: list = []
+    real_take = LocalPolicyServer.take_calls
+
+    def take(self, cid: str) -> list:
+        calls = real_take(self, cid)
+        taken.extend(calls)
+        return calls
+
+    monkeypatch.setattr(LocalPolicyServer, "take_calls", take)
+    recorder = Recorder()
+    with running_app(quiz_app()) as url:
+        run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=1,
+                       tables={"rollout": {"thinking_mode": "think", "thinking_budget": 3}})
+    tokenizer = engines[0].served.tokenizer
+    close = tokenizer.convert_tokens_to_ids("</think>")
+    samples = [s for call in taken for s in call.samples]
+    assert len(samples) == 8
+    for sample in samples:
+        assert tokenizer.decode(sample.prompt_ids).endswith("<think>\n")  # the prompt opens the think block
+        assert close in sample.completion_ids[:5]  # budget 3 (the prompt's "\n" counts): closed by position 4
+        position = sample.completion_ids.index(close)
+        assert position < 2 or sample.forced[position]  # a `</think>` the budget forced is marked so
