@@ -3,8 +3,9 @@
 The RL trainer talks to a `RolloutEngine` only: `start()` gives the chat-completions URL to hand to task apps,
 `take_calls(cid)` returns every LLM call made with `?cid=<cid>` on that URL (prompt ids, sampled ids, their
 log-probs) and settles the cid: calls that arrive for it later (a timed-out attempt's task app still running
-its episode) are answered but not recorded, so nothing is left behind; `sync_weights()` makes the trainer's latest weights the ones task apps see. A faster engine (vLLM)
-implements the same four methods and the trainer does not change.
+its episode) are answered but not recorded, so nothing is left behind; `sync_weights()` makes the trainer's
+latest weights the ones task apps see. A faster engine (vLLM) implements the same four methods and the trainer
+does not change.
 
 `LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process,
 answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat

@@ -220,7 +220,8 @@ def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any], ev
     it = record["iteration"]
     names = {"reward.mean": "reward_mean", "reward.std": "reward_std", "loss": "loss",
              "clip_fraction": "clip_fraction", "kl": "kl", "response_tokens.mean": "response_tokens_mean",
-             "rollouts.errors": "errors", "rollouts.total": "rollouts", "rollouts_per_second": "rollouts_per_second", "kl_ref": "kl_ref",
+             "rollouts.errors": "errors", "rollouts.total": "rollouts", "rollouts_per_second": "rollouts_per_second",
+             "kl_ref": "kl_ref",
              "reward.step.mean": "reward_step_mean", "reward.judge.mean": "reward_judge_mean",
              "judge.failures": "judge_failures"}
     _write_metrics(reporter, [(metric, it, record.get(key), "train") for metric, key in names.items()]
