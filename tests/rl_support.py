@@ -15,23 +15,42 @@ from taskapp_support import REPO_ROOT
 CONFIG = REPO_ROOT / "examples" / "configs" / "rl_tiny_local.toml"
 
 
-def quiz_app(*, delay: float = 0.0, garbage: Any = None, seen: list[tuple[str, int]] | None = None) -> Any:
-    """The bundled color-quiz app, optionally slowed down, answering garbage for some seeds, or noting each
-    request's (mode, seed) in `seen`."""
+def quiz_app(*, delay: Any = 0.0, garbage: Any = None, seen: list[tuple[str, int]] | None = None,
+             finished: Any = None, fail: Any = None, gauge: dict[str, int] | None = None) -> Any:
+    """The bundled color-quiz app, optionally slowed down (`delay`: seconds, or seed -> seconds), answering
+    garbage for some seeds, noting each request's (mode, seed) in `seen`, or calling `finished(seed)` once an
+    episode is over (its policy calls all answered), failing (HTTP 500) the attempts whose run id `fail(run_id)`
+    picks, or keeping the number of /rollout requests in flight in `gauge` ("now", "peak")."""
     from synth_ai.taskapp import create_task_app
     from synth_ai.taskapp.discovery import load_task_app
 
     base = load_task_app("color-quiz").config_factory()
 
     async def rollout(request: Any, fastapi_request: Any = None) -> Any:
+        if gauge is None:
+            return await _rollout(request, fastapi_request)
+        gauge["now"] = gauge.get("now", 0) + 1  # one event loop: no lock needed
+        gauge["peak"] = max(gauge.get("peak", 0), gauge["now"])
+        try:
+            return await _rollout(request, fastapi_request)
+        finally:
+            gauge["now"] -= 1
+
+    async def _rollout(request: Any, fastapi_request: Any = None) -> Any:
+        if fail is not None and fail(request.run_id):
+            raise RuntimeError("failing this attempt on purpose")
         if seen is not None:
             seen.append((str(request.mode.value if hasattr(request.mode, "value") else request.mode),
                          request.env.seed))
-        if delay:
-            await asyncio.sleep(delay)
+        wait = delay(request.env.seed) if callable(delay) else delay
+        if wait:
+            await asyncio.sleep(wait)
         if garbage is not None and garbage(request.env.seed):
             return {"hello": "world", "seed": request.env.seed}
-        return await base.rollout(request, fastapi_request)
+        answer = await base.rollout(request, fastapi_request)
+        if finished is not None:
+            finished(request.env.seed)
+        return answer
 
     return create_task_app(dataclasses.replace(base, rollout=rollout))
 

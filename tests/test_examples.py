@@ -97,3 +97,36 @@ def test_thinking_example_sets_thinking_fields():
     policy = loaded.resolved["rollout"]["policy_config"]
     assert policy["thinking_mode"] == "think" and policy["thinking_budget"] == 512
     assert loaded.model.base.supports_thinking
+
+
+def _is_rl(path: Path) -> bool:
+    import tomllib
+
+    return tomllib.loads(path.read_text()).get("algorithm", {}).get("type") == "online"
+
+
+RL_EXAMPLES = [p for p in EXAMPLES if _is_rl(p)]
+
+
+@pytest.mark.parametrize("path", RL_EXAMPLES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_rl_example_says_how_to_serve_its_task_app(path: Path):
+    """The leading comment names `synth-ai serve <id> --port N`: a bundled app, on the port `task_url` uses."""
+    import re
+    import tomllib
+    from urllib.parse import urlsplit
+
+    from synth_ai.taskapp.discovery import bundled_apps_dir, discover_task_apps
+
+    lines = path.read_text().splitlines()
+    header = "\n".join(line for line in lines[:next(i for i, l in enumerate(lines) if not l.startswith("#"))])
+    found = re.search(r"synth-ai serve (\S+) --port (\d+)", header)
+    assert found, f"{path.name}: the leading comment does not say `synth-ai serve <app-id> --port N`"
+    names = {name for choice in discover_task_apps(roots=[bundled_apps_dir()]) for name in choice.names()}
+    assert found.group(1) in names, f"{path.name}: {found.group(1)!r} is not a bundled task app ({sorted(names)})"
+    task_url = tomllib.loads(path.read_text())["services"]["task_url"]
+    assert int(found.group(2)) == urlsplit(task_url).port, f"{path.name}: the port differs from {task_url}"
+
+
+def test_every_rl_example_is_checked_for_its_serve_line():
+    assert {"rl_vision_qwen3_vl_4b.toml", "rl_thinking_qwen3_4b.toml", "crafter_rl_vision_qwen3vl4b.toml",
+            "crafter_rl_vision_qwen3vl4b_thinking.toml", "rl_tiny_local.toml"} <= {p.name for p in RL_EXAMPLES}

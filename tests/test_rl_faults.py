@@ -147,6 +147,9 @@ def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tm
     assert "every rollout of iteration 2 failed" in str(info.value)
     assert "invalid rollout response" in str(info.value)
     assert len(recorder.of("rl.rollouts.failed")) == 3 and not recorder.of("rl.train.step")
+    # no update, but every failed iteration still has its counts on the metric series
+    assert [(n, step, v) for n, step, v in recorder.metrics if n.startswith("rollouts.")] == [
+        (name, it, value) for it in range(3) for name, value in (("rollouts.errors", 8), ("rollouts.total", 8))]
 
 
 def test_the_environment_key_is_the_one_the_task_app_accepts_and_a_refusal_is_clear():

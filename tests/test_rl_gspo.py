@@ -183,19 +183,33 @@ def test_multi_turn_calls_with_tools_and_thinking_are_recorded_token_for_token(p
 def test_the_same_cid_samples_the_same_tokens_whatever_the_order(policy):
     server, url, _model, _tok = policy
     body = {"model": "m", "messages": [{"role": "user", "content": "What color is the sky?"}], "max_tokens": 8}
-    answers = {}
-    for cid in ("job-it3-s1-g0", "job-it3-s1-g1", "job-it3-s1-g0"):
-        httpx.post(f"{url}?cid={cid}", json=body, timeout=60).raise_for_status()
-        answers.setdefault(cid, []).append(server.take_calls(cid)[0].samples[0].completion_ids)
-    assert answers["job-it3-s1-g0"][0] == answers["job-it3-s1-g0"][1]
+
+    def sample(engine, engine_url: str, cid: str) -> list[int]:
+        httpx.post(f"{engine_url}?cid={cid}", json=body, timeout=60).raise_for_status()
+        return engine.take_calls(cid)[0].samples[0].completion_ids
+
+    first = sample(server, url, "job-it3-s1-g0")
+    sample(server, url, "job-it3-s1-g1")
+    again = type(server)(server.served, seed=7, cid_prefix="job-")  # the same job, calls in another order
     prefixed = type(server)(server.served, seed=7, cid_prefix="other-job-")  # same seed, another job
     try:
-        other_url = prefixed.start()
-        httpx.post(f"{other_url}?cid=other-job-it3-s1-g0", json=body, timeout=60).raise_for_status()
-        assert prefixed.take_calls("other-job-it3-s1-g0")[0].samples[0].completion_ids == \
-            answers["job-it3-s1-g0"][0]  # a job's id does not change what its seeds sample
+        again_url, other_url = again.start(), prefixed.start()
+        sample(again, again_url, "job-it3-s1-g1")
+        assert sample(again, again_url, "job-it3-s1-g0") == first
+        assert sample(prefixed, other_url, "other-job-it3-s1-g0") == first  # a job's id does not change seeds
     finally:
+        again.stop()
         prefixed.stop()
+
+
+def test_calls_arriving_after_their_cid_was_taken_are_answered_but_not_kept(policy):
+    """A timed-out attempt's task app may go on calling the policy after the trainer took (settled) its cid."""
+    server, url, _model, _tok = policy
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert server.take_calls("job-late") == []  # the attempt timed out before any call came
+    answer = httpx.post(f"{url}?cid=job-late", json=body, timeout=60)
+    assert answer.status_code == 200 and answer.json()["choices"]
+    assert "job-late" not in server._calls and server.take_calls("job-late") == []
 
 
 def test_policy_server_drops_the_oldest_images_beyond_the_limit():
@@ -208,3 +222,66 @@ def test_policy_server_drops_the_oldest_images_beyond_the_limit():
     assert dropped == 2
     assert kept[0]["content"] == [{"type": "text", "text": "a"}]
     assert kept[1]["content"] == [image, {"type": "text", "text": "b"}]
+
+
+def _filtered_and_forced_samples(server, url, cid: str):
+    """Samples of one call drawn with top-p 0.8, top-k 5 and a thinking budget of 2 (so `</think>` is forced)."""
+    from synth_ai.backend.trainers.rl.step import build_samples
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8, "n": 2,
+            "temperature": 0.9, "top_p": 0.8, "top_k": 5, "thinking_mode": "think", "thinking_budget": 2}
+    httpx.post(f"{url}?cid={cid}", json=body, timeout=60).raise_for_status()
+    calls = server.take_calls(cid)
+    rollouts = [Rollout(seed=0, index=0, cid=cid, reward=1.0, calls=calls),
+                Rollout(seed=0, index=1, cid="other", reward=0.0, calls=calls)]
+    return build_samples(rollouts)[0]
+
+
+def _check_on_policy_and_forced_tokens_untrained(samples, model, tokenizer):
+    from synth_ai.backend.ml import loading
+    from synth_ai.backend.trainers.rl.batches import collate, completion_logprobs
+    from synth_ai.backend.trainers.rl.gspo import gspo_loss
+
+    close = loading.special_token_id(tokenizer, "</think>")
+    # the budget counts the prompt's "\n" after `<think>`: one thinking token is sampled, then `</think>` is forced
+    # (recorded as forced, kept in the sequence as context)
+    for s in samples:
+        assert s.completion_ids[1] == close and s.forced[:2] == [False, True] and not any(s.forced[2:])
+    decoder, lm_head = loading.core_parts(model)
+    batch = collate(samples, tokenizer.pad_token_id or 0, "cpu")
+    assert batch["mask"][:, 1].sum() == 0 and batch["mask"][:, 2].all()
+    assert batch["input_ids"].eq(close).any(dim=1).all()
+    logp = completion_logprobs(decoder, lm_head, batch)
+    # the recorded log-probs are what training computes (temperature only, no top-p/top-k filter) ...
+    assert torch.allclose(logp.detach() * batch["mask"], batch["old_logprobs"] * batch["mask"], atol=2e-5)
+    loss, stats = gspo_loss(logp, batch["old_logprobs"], batch["mask"], batch["advantages"], eps_low=3e-4,
+                            eps_high=4e-4)
+    # ... so the first update's ratio is exactly 1 and nothing is clipped
+    assert stats.clipped == 0 and stats.ratio_sum == pytest.approx(len(samples), abs=1e-4)
+    logp.retain_grad()
+    loss.backward()
+    assert torch.all(logp.grad[:, 1] == 0) and torch.all(logp.grad[:, 0] != 0)  # forced tokens: no loss
+
+
+def test_top_p_top_k_and_a_forced_think_close_keep_the_first_update_on_policy(policy):
+    server, url, model, tokenizer = policy
+    _check_on_policy_and_forced_tokens_untrained(_filtered_and_forced_samples(server, url, "job-topp"), model,
+                                                 tokenizer)
+
+
+def test_the_one_generate_path_records_the_same_log_probs_and_forced_tokens(policy):
+    """Images and vision models sample through `generation.generate` (not the running batch): same bookkeeping."""
+    from synth_ai.backend.inference import generation
+    from synth_ai.backend.trainers.rl.types import Sample
+
+    server, url, model, tokenizer = policy
+    batched = _filtered_and_forced_samples(server, url, "job-topp-alone")
+    params = {"tools": None, "tool_choice": "none", "thinking_mode": "think", "thinking_budget": 2, "seed": 11,
+              "n": 2, "max_tokens": 8, "temperature": 0.9, "top_p": 0.8, "top_k": 5}
+    encoded = generation.encode(server.served, params, [{"role": "user", "content": "Name a colour."}], [])
+    rows = generation.rows_for(0, params)
+    generation.generate(server.served, [encoded], rows)
+    samples = [Sample(prompt_ids=encoded.prompt_ids, completion_ids=row.tokens, old_logprobs=row.logprobs,
+                      advantage=adv, temperature=0.9, forced=row.forced) for row, adv in zip(rows, (1.0, -1.0))]
+    assert samples[0].prompt_ids == batched[0].prompt_ids
+    _check_on_policy_and_forced_tokens_untrained(samples, model, tokenizer)

@@ -119,9 +119,10 @@ class RunningBatch:
         picked, logp = draw(scores, temperature=[live.row.temperature for live in rows],
                             top_k=[live.row.top_k for live in rows], top_p=[live.row.top_p for live in rows],
                             uniforms=uniforms)
-        for live, token, lp in zip(rows, picked.tolist(), logp.tolist()):
+        for i, (live, token, lp) in enumerate(zip(rows, picked.tolist(), logp.tolist())):
             live.row.tokens.append(token)
             live.row.logprobs.append(lp)
+            live.row.forced.append(i in forced)
             self._count_think(live, token)
         return picked
 

@@ -5,7 +5,8 @@ Every request becomes `n` rows. Sampling is done per row by `RowSampler` (the la
 itself runs greedy over the one token the sampler leaves open), so rows of one batch may differ in temperature,
 top_p, top_k, thinking budget and seed: each row draws from its own `torch.Generator`, seeded from the request's
 `seed` (a fresh random seed when absent), by inverse-CDF lookups over the vocabulary. The sampler records each sampled token's log-prob under the
-distribution it was drawn from, and ends a row (forces end-of-turn) once it reaches its own `max_tokens`; the
+temperature-scaled distribution before top-k / top-p (what RL training computes), marks the tokens the thinking
+budget forced, and ends a row (forces end-of-turn) once it reaches its own `max_tokens`; the
 rest of the batch goes on. Stop strings are applied per row after generation: the row is cut at the first token
 whose text completes a stop string, so the recorded token ids and log-probs are exactly the returned text's.
 """
@@ -42,6 +43,7 @@ class Row:
     seed: int
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    forced: list[bool] = field(default_factory=list)  # per token: forced (thinking budget), not sampled
 
 
 def encode(loaded: Any, params: dict[str, Any], messages: list[dict[str, Any]], images: list[Any]) -> Encoded:
@@ -111,10 +113,12 @@ def generate(loaded: Any, encoded: list[Encoded], rows: list[Row]) -> None:
     else:
         inputs = _left_padded([encoded[row.request].prompt_ids for row in rows], pad, loaded.device)
     width = int(inputs["input_ids"].shape[1])
-    processors = []
+    processors: list[Any] = []
+    budget = None
     if loaded.think_open is not None and loaded.think_close is not None and \
             any(row.budget is not None for row in rows):
-        processors.append(ThinkingBudget(loaded.think_open, loaded.think_close, [row.budget for row in rows]))
+        budget = ThinkingBudget(loaded.think_open, loaded.think_close, [row.budget for row in rows])
+        processors.append(budget)
     sampler = RowSampler(rows, width, loaded.eos_ids[0], loaded.device)
     processors.append(sampler)
     gen = {"max_new_tokens": max(row.max_tokens for row in rows), "eos_token_id": loaded.eos_ids,
@@ -128,6 +132,7 @@ def generate(loaded: Any, encoded: list[Encoded], rows: list[Row]) -> None:
         tokens = generated[index][:row.max_tokens]
         cut = next((i + 1 for i, t in enumerate(tokens) if t in loaded.eos_ids), len(tokens))
         row.tokens, row.logprobs = tokens[:cut], logprobs[index][:cut]
+        row.forced = [index in step for step in budget.forced][:cut] if budget else [False] * len(row.tokens)
 
 
 def cut_at_stop(tokenizer: Any, tokens: list[int], stops: list[str]) -> tuple[list[int], bool]:
@@ -204,7 +209,8 @@ class RowSampler:
 def draw(scores: Any, temperature: list[float], top_k: list[int], top_p: list[float], uniforms: Any, *,
          greedy: Any = None) -> tuple[Any, Any]:
     """Per row: apply its temperature / top-k / top-p, draw by an inverse-CDF lookup of its uniform (argmax when
-    its temperature is 0); the drawn tokens and their log-probs under the distribution drawn from."""
+    its temperature is 0); the drawn tokens and their log-probs under the temperature-scaled distribution before
+    top-k / top-p, the quantity RL training computes for them (docs/decisions.md, "Sampling log-probs for GSPO")."""
     import torch
 
     device = scores.device
@@ -214,12 +220,13 @@ def draw(scores: Any, temperature: list[float], top_k: list[int], top_p: list[fl
     top_k = [0 if t == 0 else k for t, k in zip(temperature, top_k)]
     top_p = [1.0 if t == 0 else p for t, p in zip(temperature, top_p)]
     scores = scores.float()
-    dist = torch.log_softmax(_warp(scores / temp, top_k, top_p), dim=-1)
+    scaled = scores / temp
+    dist = torch.log_softmax(_warp(scaled, top_k, top_p), dim=-1)
     cdf = dist.double().exp().cumsum(dim=-1)
     target = (uniforms * cdf[:, -1]).unsqueeze(1)
     drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=scores.shape[1] - 1)
     picked = torch.where(greedy, scores.argmax(dim=-1), drawn)
-    return picked, dist.gather(1, picked.unsqueeze(1)).squeeze(1)
+    return picked, torch.log_softmax(scaled, dim=-1).gather(1, picked.unsqueeze(1)).squeeze(1)
 
 
 def _warp(logits: Any, top_k: list[int], top_p: list[float]) -> Any:
@@ -245,8 +252,10 @@ class ThinkingBudget:
 
     def __init__(self, open_id: int, close_id: int, budgets: list[int | None]) -> None:
         self.open_id, self.close_id, self.budgets = open_id, close_id, budgets
+        self.forced: list[set[int]] = []  # per step, the rows it forced (their token is not trained)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        self.forced.append(set())
         for row, budget in enumerate(self.budgets):
             if budget is None:
                 continue
@@ -260,6 +269,7 @@ class ThinkingBudget:
             if seq.shape[0] - last_open - 1 >= budget:
                 scores[row, :] = float("-inf")
                 scores[row, self.close_id] = 0.0
+                self.forced[-1].add(row)
         return scores
 
 

@@ -2,8 +2,10 @@
 
 The RL trainer talks to a `RolloutEngine` only: `start()` gives the chat-completions URL to hand to task apps,
 `take_calls(cid)` returns every LLM call made with `?cid=<cid>` on that URL (prompt ids, sampled ids, their
-log-probs), `sync_weights()` makes the trainer's latest weights the ones task apps see. A faster engine (vLLM)
-implements the same four methods and the trainer does not change.
+log-probs) and settles the cid: calls that arrive for it later (a timed-out attempt's task app still running
+its episode) are answered but not recorded, so nothing is left behind; `sync_weights()` makes the trainer's
+latest weights the ones task apps see. A faster engine (vLLM) implements the same four methods and the trainer
+does not change.
 
 `LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process,
 answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat
@@ -83,6 +85,7 @@ class LocalPolicyServer:
         self.engine.pin(served)
         self.served = served
         self._calls: dict[str, list[RecordedCall]] = defaultdict(list)
+        self._settled: set[str] = set()  # cids already taken: late calls for them are not recorded
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -119,6 +122,7 @@ class LocalPolicyServer:
 
     def take_calls(self, cid: str) -> list[RecordedCall]:
         with self._lock:
+            self._settled.add(cid)
             return sorted(self._calls.pop(cid, []), key=lambda c: c.index)
 
     def drop_all(self) -> None:
@@ -135,8 +139,9 @@ class LocalPolicyServer:
                 with self._lock:
                     self.images_dropped += dropped
         with self._lock:
-            index = len(self._calls[cid]) if cid else 0
-            if cid:  # reserve the slot now: turns of one episode are sequential, so the index is stable
+            record = bool(cid) and cid not in self._settled
+            index = len(self._calls[cid]) if record else 0
+            if record:  # reserve the slot now: turns of one episode are sequential, so the index is stable
                 self._calls[cid].append(RecordedCall(cid, index, request, []))
                 slot = self._calls[cid][-1]
         if request.get("seed") is None:
@@ -146,12 +151,12 @@ class LocalPolicyServer:
         try:
             completion, samples = self.engine.chat_completion_with_tokens(request)
         except BaseException:
-            if cid:
+            if record:
                 with self._lock:
                     if slot in self._calls.get(cid, []):
                         self._calls[cid].remove(slot)
             raise
-        if cid:
+        if record:
             slot.samples = samples
         completion["model"] = body.get("model") or self.model_id
         return completion

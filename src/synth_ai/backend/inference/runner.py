@@ -33,6 +33,7 @@ class SampledTokens:
     vision_inputs: dict[str, Any] = field(default_factory=dict)  # pixel_values / image_grid_thw (CPU tensors)
     images: int = 0
     finish_reason: str = "stop"
+    forced: list[bool] = field(default_factory=list)  # per completion token: forced, not sampled (not trained)
 
 
 class BatchRunner:
@@ -127,6 +128,7 @@ def completion(job: Job, encoded: generation.Encoded, rows: list[generation.Row]
         if job.record:
             sampled.append(SampledTokens(
                 prompt_ids=encoded.prompt_ids, completion_ids=row.tokens[:kept], logprobs=row.logprobs[:kept],
+                forced=row.forced[:kept],
                 temperature=params["temperature"],
                 vision_inputs={k: v.detach().cpu() for k, v in encoded.inputs.items()
                                if k in ("pixel_values", "image_grid_thw")},

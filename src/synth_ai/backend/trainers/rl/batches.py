@@ -1,7 +1,8 @@
 """Samples -> padded tensors, and the policy's log-probs of the sampled completion tokens.
 
 A row is prompt ids + completion ids exactly as sampled (never re-tokenised), right-padded; the loss mask covers
-the completion tokens only (thinking tokens and the end-of-turn token included, since the policy sampled them).
+the completion tokens the policy sampled (thinking tokens and the end-of-turn token included); tokens the engine
+forced (a `</think>` the thinking budget imposed) stay in the sequence as context but carry no loss.
 The decoder runs once per micro-batch; the LM head and log-softmax run only on the positions that predict a
 completion token, at the sampling temperature, so the on-policy ratio is exactly the ratio of what was sampled.
 Rows with images (Qwen3-VL) go one per micro-batch with their `pixel_values` / `image_grid_thw`.
@@ -53,6 +54,9 @@ def collate(samples: list[Sample], pad_id: int, device: str) -> dict[str, Any]:
         positions[row, :n] = torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + n)
         old[row, :n] = torch.tensor(s.old_logprobs[:n], dtype=torch.float32)
         mask[row, :n] = 1.0
+        for i, forced in enumerate(s.forced[:n]):  # forced by the engine, not sampled: context, not trained
+            if forced:
+                mask[row, i] = 0.0
     batch = {"input_ids": ids, "attention_mask": attention, "targets": targets, "positions": positions,
              "old_logprobs": old, "mask": mask,
              "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),

@@ -115,6 +115,10 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
             if failed:
                 _report_failures(reporter, it, failed, len(rollouts))
             if len(failed) == len(rollouts):
+                # no update, but the step's counts still go on the metric series (the curve shows the hole)
+                _write_metrics(reporter, [("rollouts.errors", it, len(failed), "train"),
+                                          ("rollouts.total", it, len(rollouts), "train"),
+                                          ("eval.mean_return", it, evaluated, "eval")])
                 failed_in_a_row += 1
                 if failed[0].error_kind in ("unreachable", "timeout") or failed_in_a_row >= MAX_FAILED_ITERATIONS:
                     raise TaskAppUnavailable(f"every rollout of iteration {it} failed: {failed[0].error}")
@@ -233,7 +237,8 @@ def _report_step(reporter: Any, settings: RLSettings, record: dict[str, Any], ev
     it = record["iteration"]
     names = {"reward.mean": "reward_mean", "reward.std": "reward_std", "loss": "loss",
              "clip_fraction": "clip_fraction", "kl": "kl", "response_tokens.mean": "response_tokens_mean",
-             "rollouts.errors": "errors", "rollouts_per_second": "rollouts_per_second", "kl_ref": "kl_ref",
+             "rollouts.errors": "errors", "rollouts.total": "rollouts", "rollouts_per_second": "rollouts_per_second",
+             "kl_ref": "kl_ref",
              "reward.step.mean": "reward_step_mean", "reward.judge.mean": "reward_judge_mean",
              "judge.failures": "judge_failures"}
     _write_metrics(reporter, [(metric, it, record.get(key), "train") for metric, key in names.items()]

@@ -130,35 +130,37 @@ class RolloutRunner:
     async def _one(self, client: TaskAppClient, gate: asyncio.Semaphore, seed: int, index: int, cid: str, mode: str,
                    extra_policy: dict[str, Any] | None) -> Rollout:
         result = Rollout(seed=seed, index=index, cid=cid)
-        async with gate:
-            for attempt in range(self.settings.rollout_retries + 1):
-                attempt_cid = cid if attempt == 0 else f"{cid}-r{attempt}"
-                result.attempts = attempt + 1
-                body = rollout_request(self.settings, seed=seed, cid=attempt_cid, policy_url=self.policy_url,
-                                       mode=mode, extra_policy=extra_policy)
-                retry = False
+        for attempt in range(self.settings.rollout_retries + 1):
+            attempt_cid = cid if attempt == 0 else f"{cid}-r{attempt}"
+            result.attempts = attempt + 1
+            body = rollout_request(self.settings, seed=seed, cid=attempt_cid, policy_url=self.policy_url,
+                                   mode=mode, extra_policy=extra_policy)
+            retry = False
+            async with gate:  # a slot per attempt: the back-off below leaves it to other rollouts
                 try:
                     response = await client.post_json("/rollout", body, self.settings.rollout_timeout_s)
                 except TaskAppTimeout:
+                    response = None
                     result.error, result.error_kind, retry = (
                         f"/rollout did not answer within {self.settings.rollout_timeout_s:g}s", "timeout", True)
                 except TaskAppUnreachable as exc:
+                    response = None
                     result.error, result.error_kind, retry = (
                         f"could not reach the task app at {self.settings.task_url}: "
                         f"{redact(str(exc)) or 'no detail'}", "unreachable", True)
-                else:
-                    result.error, result.error_kind, retry = self._read(result, response, attempt_cid)
-                calls = self.engine.take_calls(attempt_cid)
-                if result.error is None:
-                    result.calls = calls
-                    if not calls:
-                        result.error, result.error_kind = ("the task app never called the policy's inference_url "
-                                                           "(with its ?cid=)", "no_calls")
-                        result.reward = None
-                    return result
-                if not retry or attempt >= self.settings.rollout_retries or self.should_stop():
-                    break
-                await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+            if response is not None:
+                result.error, result.error_kind, retry = self._read(result, response, attempt_cid)
+            calls = self.engine.take_calls(attempt_cid)  # settles the cid: a timed-out attempt's late calls go
+            if result.error is None:
+                result.calls = calls
+                if not calls:
+                    result.error, result.error_kind = ("the task app never called the policy's inference_url "
+                                                       "(with its ?cid=)", "no_calls")
+                    result.reward = None
+                return result
+            if not retry or attempt >= self.settings.rollout_retries or self.should_stop():
+                break
+            await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
         result.reward = None
         return result
 

@@ -80,7 +80,8 @@ def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -
                                           old_logprobs=list(sampled.logprobs), advantage=advantage,
                                           temperature=sampled.temperature or 1.0,
                                           vision_inputs=dict(sampled.vision_inputs), seed=seed,
-                                          rollout_index=rollout.index, turn=call.index))
+                                          rollout_index=rollout.index, turn=call.index,
+                                          forced=list(getattr(sampled, "forced", []))))
     counts["samples"] = len(samples)
     return samples, counts
 

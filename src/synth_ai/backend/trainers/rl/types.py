@@ -45,6 +45,7 @@ class Sample:
     seed: int = 0
     rollout_index: int = 0
     turn: int = 0
+    forced: list[bool] = field(default_factory=list)  # per completion token: context only, no loss
 
     @property
     def length(self) -> int:
