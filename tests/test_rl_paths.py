@@ -6,7 +6,8 @@ with real task apps over HTTP (`synth-ai serve`):
   `rl:` model (adapters merged over the merged fine-tune) answers at the inference endpoint, and `synth-ai eval
   --model rl:…` against the task app writes traces;
 - Crafter with the tiny Qwen3-VL (LoRA) as a backend RL job with `max_images_per_step = 1`: it succeeds, reports no
-  drop when every prompt holds one frame, and the `rl:` Qwen3-VL answers a chat with an image."""
+  drop when every prompt holds one frame, and the `rl:` Qwen3-VL answers a chat with an image;
+- a job body whose config names another `[model].source` than the model it sends is refused at create."""
 
 from __future__ import annotations
 
@@ -188,3 +189,15 @@ def test_crafter_vision_job_through_the_backend_and_its_model_sees(backend: Back
         with_image, without = answer.json()["usage"]["prompt_tokens"], text_only.json()["usage"]["prompt_tokens"]
         assert with_image > without, (with_image, without)  # the image's tokens are in the prompt
 
+
+def test_a_body_whose_config_names_another_source_is_refused(backend: BackendProcess, color_app: str) -> None:
+    """`[model].source` in the config and the model the body names must agree: the backend used to train the
+    body's base model silently, ignoring the source the config asks to continue from."""
+    config = {"model": {"source": f"ft:{TINY_TEXT}:job_elsewhere", "trainer_mode": "lora"}}
+    with backend.client() as api:
+        response = api.post("/rl/jobs", json={"job_type": "rl", "data": {
+            "endpoint_base_url": color_app, "base_model": TINY_TEXT, "config": config}})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_job" and error["details"]["field"] == "data.config.model.source"
+    assert f"ft:{TINY_TEXT}:job_elsewhere" in error["message"] and "Send data.model = " in response.text
