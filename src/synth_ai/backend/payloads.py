@@ -148,6 +148,14 @@ def check_rl_body(body: Any) -> dict[str, Any]:
         raise _invalid("data must name exactly one of base_model (a base model) or model (a fine-tuned source)",
                        field="data.base_model")
     field = "data.base_model" if has_base else "data.model"
+    named = str(data.get("base_model") or data.get("model")).strip()
+    table = next((config[t] for t in ("model", "policy") if isinstance(config.get(t), dict)), {})
+    source = table.get("source")
+    if isinstance(source, str) and source.strip() and source.strip().lower() != named.lower():
+        # the worker starts from the body's model: a config asking for another would be ignored without a word
+        raise _invalid(f"data.config.model.source is {source.strip()!r} but {field} is {named!r}; the job would "
+                       f"start from {named!r}", hint=f"Send data.model = {source.strip()!r} (as `synth-ai train "
+                       "--type rl` does), or drop [model].source from the config.", field="data.config.model.source")
     model, _base = resolve_model_id(data.get("base_model") or data.get("model"), mode="rl",
                                     allow_fine_tuned=has_source, field=field)
     algorithm = config.get("algorithm") or {}
