@@ -173,7 +173,7 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
         env_name=rollout.get("env_name"), policy_name=rollout.get("policy_name"),
         env_config=dict(rollout.get("env_config") or {}), policy_config=policy_config,
         ops=list(rollout.get("ops") or []), temperature=temperature,
-        max_images_per_step=_int("[rollout].max_images_per_step", max_images) if max_images else None,
+        max_images_per_step=_image_limit(max_images, model_id.strip()),
         rubric_weights=weights, step_rewards=step_rewards, judge=resolve_judge(config),
         eval_every=int(evaluation.get("every_n_iters") or 0) if eval_seeds else 0,
         eval_seeds=eval_seeds, eval_policy_config=eval_policy,
@@ -183,3 +183,15 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
         lora_targets=lora.get("target_modules") or DEFAULT_LORA_TARGETS,
         label=model_cfg.get("label"),
     )
+
+
+def _image_limit(value: Any, model_id: str) -> int | None:
+    """`[rollout].max_images_per_step` (at least 1, as the client's config schema says); unset, the model's own
+    per-turn limit from the registry (one for Qwen3-VL), and no limit for a model the registry does not know."""
+    if value is not None:
+        return _int("[rollout].max_images_per_step", value, minimum=1)
+    from synth_ai.models.registry import find_model
+
+    parts = model_id.split(":")
+    info = find_model(parts[1] if parts[0] in {"ft", "rl"} and len(parts) >= 3 else model_id)
+    return (info.max_images_per_message or None) if info is not None else None
