@@ -21,41 +21,20 @@ accelerator that vouches for clean records and sends everything else here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-from synth_ai.datasets.images import DEFAULT_MAX_IMAGE_BYTES, check_image_url
+from synth_ai.datasets.images import check_image_url
+from synth_ai.datasets.record_types import RecordOptions, RecordResult
+
+TYPE_CHECKING = False  # `typing` is not loaded at run time: see record_types
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
 ROLE_SET = frozenset(ROLES)
 LEGACY_IMAGE_FIELDS = ("images", "image", "image_url")
 _MESSAGE_STRING_FIELDS = ("name", "reasoning", "raw_content")
 IMAGE_PART_TYPES = ("image_url", "image")
-
-
-@dataclass(slots=True)
-class RecordOptions:
-    """What a record is checked against. `vision` None means no model was named (no image gating/trimming)."""
-
-    min_messages: int = 2
-    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    model_id: str | None = None
-    vision: bool | None = None
-    max_images_per_message: int | None = None  # None: no limit
-    normalize: bool = False
-
-
-@dataclass(slots=True)
-class RecordResult:
-    errors: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    record: dict[str, Any] | None = None
-    messages: int = 0
-    images: int = 0
-    images_dropped: int = 0
-    tool_calls: int = 0
-    text_chars: int = 0
 
 
 def check_line(raw: bytes | memoryview, options: RecordOptions) -> RecordResult:
