@@ -167,23 +167,24 @@ class _PlainOutput:
         return self._rich
 
     def info(self, text: str) -> None:
-        self._print(text, stderr=self.json_mode, styled=False)
+        if not self._write_plain(text, stderr=self.json_mode, styled=False):
+            self.rich.info(text)
 
     def warn(self, text: str) -> None:
-        self._print(f"warning: {text}", stderr=True, styled=True)
+        if not self._write_plain(f"warning: {text}", stderr=True, styled=True):
+            self.rich.warn(text)
 
-    def _print(self, text: str, *, stderr: bool, styled: bool) -> None:
+    def _write_plain(self, text: str, *, stderr: bool, styled: bool) -> bool:
+        """Write `text` as rich would, if that is only its text and a newline; say whether it was written."""
         from synth_ai.env.secrets import redact
 
         stream = sys.stderr if stderr else sys.stdout
         line = redact(text)
-        if _plain(line) and not (styled and _colours(stream)) and _utf8(stream):
-            stream.write(line + "\n")
-            stream.flush()
-        elif styled:
-            self.rich.warn(text)
-        else:
-            self.rich.info(text)
+        if not _printable(line) or (styled and _colours(stream)) or not _utf8(stream):
+            return False
+        stream.write(line + "\n")
+        stream.flush()
+        return True
 
     def result(self, data: dict, human) -> None:
         if self.json_mode:
@@ -195,7 +196,7 @@ class _PlainOutput:
         self.rich.error(err)
 
 
-def _plain(text: str) -> bool:
+def _printable(text: str) -> bool:
     """No character that rich would drop, expand or treat specially (controls, tabs, odd separators)."""
     return all(line.isprintable() for line in text.split("\n"))
 
