@@ -109,6 +109,7 @@ def test_a_file_validates_the_same_with_and_without_cutting(tmp_path, monkeypatc
              line_of({"messages": [{"role": "user", "content": "hi"}], "metadata": {"url": f"data:x;base64,{B64}"}})]
     path = tmp_path / "mixed.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
+    monkeypatch.setattr(validate_module, "_SHORTEN_MIN", 0)
     cutting = validate_jsonl(path, model="synth-ai/tiny-qwen3-vl").to_dict()
     monkeypatch.setattr(validate_module, "_SHORTEN_MIN", 1 << 40)
     whole = validate_jsonl(path, model="synth-ai/tiny-qwen3-vl").to_dict()

@@ -176,7 +176,9 @@ def _worker_count(workers: int, size: int) -> int:
 # The msgspec fast path pays for its import (~10 ms of a start-up) only on files with many records: the first ones
 # take the full rules (json), which is as quick when records are few and their images were cut short.
 _FAST_AFTER = 256
-_SHORTEN_MIN = 1024  # shorter lines are parsed as they are
+# Shorter lines are parsed as they are: below this the fast path's decoder runs over a line's images quicker than
+# cutting them out costs (60 MB of 1-6 KB frames: 0.25 s of CPU cut at 1 KiB, 0.15 s uncut).
+_SHORTEN_MIN = 16 << 10
 
 
 def _fast_path() -> Callable[[bytes | memoryview, RecordOptions], tuple[int, int, int, int] | None] | None:
