@@ -125,8 +125,12 @@ def test_path_text_names_a_file_as_pathlib_does(given):
     assert path_text(pathlib.Path(given)) == str(pathlib.Path(given))
 
 
-def test_the_mapped_reader_gives_the_same_lines_as_a_plain_read(tmp_path):
+@pytest.mark.parametrize("mapped", [True, False])  # False: the chunked read kept for files that cannot be mapped
+def test_the_reader_gives_the_lines_of_a_plain_read(tmp_path, monkeypatch, mapped):
+    from synth_ai.datasets import reader as reader_module
     from synth_ai.datasets.reader import LineReader
+
+    monkeypatch.setattr(reader_module, "_MAPPABLE", mapped)
 
     data = b"".join(os.urandom(n).replace(b"\n", b"x") + b"\n" for n in (0, 1, 5000, 70_000, 3, 0)) + b"tail"
     path = tmp_path / "lines.jsonl"

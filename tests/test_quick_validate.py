@@ -88,7 +88,8 @@ def test_the_exit_code_for_an_invalid_file_is_the_documented_one():
 
 
 @pytest.mark.parametrize("rest", [
-    ["--help"], ["-h"], ["x", "--model=Qwen/Qwen3-4B"], ["x", "-mQwen/Qwen3-4B"], ["x", "--workers", "1", "--workers", "2"],
+    ["--help"], ["-h"], ["x", "--model=Qwen/Qwen3-4B"], ["x", "-mQwen/Qwen3-4B"],
+    ["x", "--workers", "1", "--workers", "2"],
     ["x", "--max-errors", "-1"], ["x", "--min-messages", "0"], ["x", "--max-image-mb", "1e3"],
     ["x", "--max-image-mb", "0.0001"], ["x", "--workers", "two"], ["x", "--unknown"], ["x", "y"], [], ["x", "--"],
     ["x", "--model"], ["-", "--json"],

@@ -1,10 +1,10 @@
 """Read a JSONL file as numbered lines, in constant memory, hashing it in the same pass.
 
-The file is read in binary, in fixed-size chunks; lines are memoryviews cut from the chunks at the positions
-`bytes.find` gives (no copy, no per-character Python work, no text decoding). Memory held is one chunk, the
-hashing queue and the current line, whatever the file's size. Large files are hashed (sha256) on a helper thread:
-`hashlib` releases the GIL while it hashes, so hashing overlaps with validation; the bytes hashed are exactly the
-bytes handed out as lines.
+The file is mapped (mmap) and walked in fixed-size windows; lines are bounds into the mapping, or memoryviews of it
+(no copy, no per-character Python work, no text decoding). Pages of windows already walked are released, so memory
+held is about two windows and the hashing queue, whatever the file's size; a file that cannot be mapped is read in
+chunks instead. Large files are hashed (sha256) on a helper thread: `hashlib` releases the GIL while it hashes, so
+hashing overlaps with validation; the bytes hashed are exactly the bytes handed out as lines.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 CHUNK_SIZE = 1 << 20
+# Files are mapped where pages can be released behind the reader (POSIX); elsewhere they are read in chunks.
+_MAPPABLE = hasattr(mmap, "PROT_READ") and hasattr(mmap, "MADV_DONTNEED") and hasattr(mmap.mmap, "madvise")
 _THREAD_MIN = 8 << 20  # smaller files are hashed inline: a thread costs more than it saves
 _QUEUE_DEPTH = 2
 
@@ -67,9 +69,9 @@ class LineReader:
     """Read a file as numbered lines: 1-based numbers counting blank lines; each line without its `\n`, as a
     bytes-like object (a `memoryview` into the chunk read, or `bytes`; `bytes(line)` copies it).
 
-    `spans()` and `batches()` give the complete lines of each chunk read, as bounds or as views (the fast ways to
-    walk a big file); iterating the reader itself yields `(line_no, line)`. After a complete pass, `complete` is True and
-    `sha256` holds the file's digest (when `hash=True`); `bytes_read` counts the bytes read so far.
+    `spans()` and `batches()` give the complete lines of each window, as bounds or as views (the fast ways to walk
+    a big file); iterating the reader itself yields `(line_no, line)`. After a complete pass, `complete` is True
+    and `sha256` holds the file's digest (when `hash=True`); `bytes_read` counts the bytes read so far.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, hash: bool = True, chunk_size: int = CHUNK_SIZE,
@@ -92,7 +94,8 @@ class LineReader:
             try:
                 end = size if self.end is None else min(self.end, size)
                 try:
-                    mapped = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) if end > self.start else None
+                    mapped = (mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+                              if end > self.start and _MAPPABLE else None)
                 except (OSError, ValueError):  # not a regular file (a pipe, a device): read it
                     mapped = None
                 parts = (self._mapped_spans(mapped, end, hasher) if mapped is not None
