@@ -3,8 +3,9 @@
 Generates a ~300 MB JSONL of SFT records with image data URLs (deterministic, cached under bench/.cache/), then
 times:
 
-- ours, whole process: `synth-ai files validate FILE --json` (start-up and imports included), MB/s and the
-  child's peak RSS (from `wait4`); also on a file a tenth the size, to show the peak RSS does not grow with it;
+- ours, whole process: `synth-ai files validate FILE --json` (start-up and imports included: the console entry
+  takes its short path, `synth_ai.cli.quick_validate`), MB/s and the child's peak RSS (from `wait4`); also on a file
+  a tenth the size, to show the peak RSS does not grow with it;
 - ours, in process: `validate_jsonl(path, workers=0)` (what that command runs, both CPUs for a large file) timed
   inside a long-lived process of our venv, imports excluded, exactly as the baseline is timed;
 - baseline: synth-ai 0.2.17's `validate_sft_jsonl(path)` timed inside its own process, with its multi-second
@@ -14,7 +15,7 @@ The sides run interleaved (ours, baseline, ours, ...) on a warm page cache, `--r
 same machine load; the best run of each is compared (the median is printed too), and CPU seconds are shown as a
 load-independent check. Ends with `validate: ours X MB/s, baseline Y MB/s, ratio Z`, ours being the whole process
 (our start-up counted, the baseline's 10 s import not), or with `--in-process` the in-process figure (both sides
-timed the same way: the fair comparison for files of tens of MB, where our ~0.2 s start-up is most of the time).
+timed the same way; our start-up, ~0.04 s of CPU on a loaded machine, is still a large part of a 60 MB file's time).
 
     python bench/validate.py                 # ~300 MB of crafter-style records, 5 runs each
     python bench/validate.py --mix screens   # larger images
@@ -191,6 +192,17 @@ def _run_child(cmd: list[str]) -> tuple[float, float, int, str]:
     return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out.decode()
 
 
+def peak_rss_kb(cmd: list[str]) -> tuple[int, str]:
+    """Peak RSS of a process, in KiB, and how it was taken. `wait4`'s figure would not do: Linux carries the
+    launching process's peak across `exec` (this bench's own ~30 MiB), so GNU time, a small launcher, measures it
+    where installed."""
+    if os.path.exists("/usr/bin/time"):
+        done = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True)
+        if done.returncode == 0:
+            return int(done.stderr.strip().splitlines()[-1]), "GNU time"
+    return _run_child(cmd)[2], "wait4, the bench's own RSS included"
+
+
 def our_command(path: Path, *extra: str) -> list[str]:
     script = Path(sys.executable).parent / "synth-ai"
     found = str(script) if script.exists() else shutil.which("synth-ai")
@@ -331,14 +343,15 @@ def main(argv: list[str] | None = None) -> int:
         ours_lib.close()
         if baseline is not None:
             baseline.close()
-    head = [run_ours(small) for _ in range(2)]
+    rss_head = min(peak_rss_kb(our_command(small))[0] for _ in range(2))
+    rss_full, rss_how = peak_rss_kb(our_command(path))
     hashed = run_ours(path, "--sha256")
 
     ours_rate = mb / _best(ours)
     print(f"ours:     `synth-ai files validate --json`, whole process: best {_best(ours):.3f} s = {ours_rate:.0f} MB/s "
           f"(median {mb / _median(ours):.0f} MB/s), CPU {_best(ours, 'cpu_seconds'):.2f} s; peak RSS "
-          f"{max(r['rss_kb'] for r in ours) / 1024:.1f} MiB ({max(r['rss_kb'] for r in head) / 1024:.1f} MiB on "
-          f"the {small.stat().st_size / 1e6:.0f} MB head)")
+          f"{rss_full / 1024:.1f} MiB ({rss_head / 1024:.1f} MiB on the {small.stat().st_size / 1e6:.0f} MB head; "
+          f"{rss_how})")
     print(f"          --workers 1: best {mb / _best(single):.0f} MB/s, CPU {_best(single, 'cpu_seconds'):.2f} s; "
           f"--sha256: {mb / hashed['seconds']:.0f} MB/s")
     lib_rate = mb / _best(lib)
@@ -364,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"          in process, both sides' imports excluded: ours {lib_rate:.0f} MB/s, "
           f"baseline {base_rate:.0f} MB/s, "
           f"ratio {lib_rate / base_rate:.2f} (medians: ratio {_median(base) / _median(lib):.2f})")
+    print(f"          load average at the end {os.getloadavg()[0]:.1f}")
     headline = lib_rate if args.in_process else ours_rate
     print(f"validate: ours {headline:.0f} MB/s, baseline {base_rate:.0f} MB/s, ratio {headline / base_rate:.2f}")
     return 0

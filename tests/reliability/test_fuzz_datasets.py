@@ -4,6 +4,7 @@ Properties, over files made of arbitrary bytes, broken JSON and chat records bui
 (wrong roles, odd content parts, images as good and bad data URLs, paths that try `../`, tool calls, deep nesting):
 - `validate_jsonl` never raises: it returns a report whose every error carries a line inside the file;
 - the msgspec fast path and the full rules agree on every verdict and count;
+- cutting checked image payloads short before the rules parse a line changes no report (`payloads.shorten`);
 - `iter_normalized_records` yields exactly the valid examples, and the normalised records round-trip (written
   out again, they validate and normalise to themselves);
 - through the CLI (`files validate --json`): one JSON document, exit 0 or 3, no traceback.
@@ -98,6 +99,48 @@ def _check_file(tmp_path: Path, data: bytes, model: str | None) -> None:
         assert [r for _, r in iter_normalized_records(again, model=model)] == records
 
 
+# Image-heavy records for the payload cut: good, bad and mislabelled data URLs as urls, as texts and as metadata,
+# texts that look like url keys, lines cut anywhere (inside a payload too) or followed by junk.
+CUT_URLS = st.sampled_from([
+    f"data:image/png;base64,{PNG}", f"data:image/jpeg;base64,{PNG}", f"data:image/png;base64,{PNG[:-4]}!!!!",
+    f"data:image/png;base64,{PNG[:40]}=={PNG[42:]}", f"data:text/plain;base64,{PNG}", f"data:image/png,{PNG}",
+    "data:image/png;base64,", f'x", "url": "data:image/png;base64,{PNG}', f'{{"url": "data:image/png;base64,{PNG}',
+    "https://example.invalid/y.png"])
+CUT_PARTS = st.one_of(
+    st.fixed_dictionaries({"type": st.just("image_url"), "image_url": st.fixed_dictionaries(
+        {"url": CUT_URLS}, optional={"detail": TEXT})}),
+    st.fixed_dictionaries({"type": st.sampled_from(["text", "image"]), "text": st.one_of(TEXT, CUT_URLS)}))
+CUT_RECORDS = st.fixed_dictionaries(
+    {"messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "bot"]),
+                                                 "content": st.one_of(st.lists(CUT_PARTS, max_size=3), TEXT)}),
+                          max_size=3)},
+    optional={"metadata": st.dictionaries(st.sampled_from(["url", "x"]), CUT_URLS, max_size=1)})
+CUT_LINES = st.one_of(
+    CUT_RECORDS.map(lambda r: json.dumps(r).encode()),
+    CUT_RECORDS.map(lambda r: json.dumps(r, separators=(",", ":")).encode()),
+    st.tuples(CUT_RECORDS, st.integers(1, 200)).map(lambda t: json.dumps(t[0]).encode()[:-t[1]]),
+    CUT_RECORDS.map(lambda r: json.dumps(r).encode() + b" {"),
+    LINES)
+CUT_FILES = st.lists(CUT_LINES, max_size=6).map(b"\n".join)
+
+
+def _cut_or_whole(tmp_path: Path, data: bytes, model: str | None) -> None:
+    import synth_ai.datasets.validate as module
+
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(data)
+    saved = module._SHORTEN_MIN
+    try:
+        module._SHORTEN_MIN = 0  # every line with a payload is cut
+        cut = validate_jsonl(path, model=model).to_dict()
+        module._SHORTEN_MIN = 1 << 40  # none is
+        whole = validate_jsonl(path, model=model).to_dict()
+    finally:
+        module._SHORTEN_MIN = saved
+    assert cut == whole
+
+
+test_cutting_payloads_changes_no_report = CI(given(data=CUT_FILES, model=st.sampled_from(MODELS))(_cut_or_whole))
 test_validator_never_crashes_and_paths_agree = CI(given(data=FILES, model=st.sampled_from(MODELS))(_check_file))
 test_validator_never_crashes_and_paths_agree_soak = pytest.mark.soak(
     SOAK(given(data=FILES, model=st.sampled_from(MODELS))(_check_file)))

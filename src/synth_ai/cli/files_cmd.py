@@ -38,33 +38,15 @@ def _add_validate(group: typer.Typer) -> None:
 
         Exit 0 when valid, 3 when not, 8 when the file does not exist.
         """
-        from synth_ai.datasets import FIX_HINT, validate_jsonl
-        from synth_ai.errors import ExitCode
+        from synth_ai.cli.quick_validate import INVALID_INPUT, render_report, report_document
+        from synth_ai.datasets import validate_jsonl
 
         out = output_of(ctx, json_flag)
         report = validate_jsonl(path, model=model, min_messages=min_messages, max_errors=max_errors,
                                 max_image_bytes=int(max_image_mb * 2**20), sha256=sha256, workers=workers)
-
-        def human(o) -> None:
-            if report.ok:
-                o.info(f"✓ {report.path}: valid SFT dataset")
-                o.info(f"  {report.summary_line()}")
-                if report.sha256:
-                    o.info(f"  sha256 {report.sha256}")
-            else:
-                o.info("✗ " + report.render())
-                o.info(f"Hint: {FIX_HINT}")
-            for warning in report.warnings:
-                o.warn(warning.render())
-            if report.warnings_omitted:
-                o.warn(f"... and {report.warnings_omitted:,} more warnings")
-
-        doc = report.to_dict()
+        out.result(report_document(report), lambda o: render_report(report, o))
         if not report.ok:
-            doc["hint"] = FIX_HINT
-        out.result(doc, human)
-        if not report.ok:
-            raise typer.Exit(code=int(ExitCode.INVALID_INPUT))
+            raise typer.Exit(code=INVALID_INPUT)
 
 
 def _add_list(group: typer.Typer) -> None:

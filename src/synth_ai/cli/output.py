@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from synth_ai.env.secrets import redact
-from synth_ai.errors import ConfigIssue, SynthError
 
+TYPE_CHECKING = False  # annotations only: `files validate` writes its JSON through here without `typing` loaded
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from rich.console import Console
+
+    from synth_ai.errors import ConfigIssue, SynthError
 
 
 def _width(stream) -> int | None:

@@ -4,34 +4,14 @@ context passed between them, and how a found value is named in a message."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
 
-from synth_ai.datasets.images import DEFAULT_MAX_IMAGE_BYTES
+from synth_ai.datasets.record_types import RecordOptions, RecordResult
 
+TYPE_CHECKING = False  # `typing` is not loaded at run time (the `files validate` start-up: see record_types)
+if TYPE_CHECKING:
+    from typing import Any
 
-@dataclass(slots=True)
-class RecordOptions:
-    """What a record is checked against. `vision` None means no model was named (no image gating/trimming)."""
-
-    min_messages: int = 2
-    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
-    model_id: str | None = None
-    vision: bool | None = None
-    max_images_per_message: int | None = None  # None: no limit
-    normalize: bool = False
-
-
-@dataclass(slots=True)
-class RecordResult:
-    errors: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    record: dict[str, Any] | None = None
-    messages: int = 0
-    images: int = 0
-    images_dropped: int = 0
-    tool_calls: int = 0
-    text_chars: int = 0
+__all__ = ["RecordOptions", "RecordResult", "RuleContext", "show_value", "type_name"]
 
 
 class RuleContext:

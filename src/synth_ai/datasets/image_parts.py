@@ -3,8 +3,10 @@ functions the validator and the trainer use)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+TYPE_CHECKING = False  # `typing` is not loaded at run time (the `files validate` start-up: see record_types)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 IMAGE_PART_TYPES = ("image_url", "image")
 

@@ -8,7 +8,8 @@ the decoded size is computed from its length. Nothing decoded is kept.
 from __future__ import annotations
 
 import binascii
-from dataclasses import dataclass
+
+from synth_ai.datasets.slots import Fields
 
 DEFAULT_MAX_IMAGE_BYTES = 10 * 1024 * 1024  # decoded bytes of one data-URL image
 
@@ -18,15 +19,18 @@ IMAGE_FORMATS = ("png", "jpeg", "gif", "webp")
 MIME_FORMATS = {"png": "png", "jpeg": "jpeg", "jpg": "jpeg", "pjpeg": "jpeg", "gif": "gif", "webp": "webp"}
 
 
-@dataclass(frozen=True, slots=True)
-class ImageCheck:
+class ImageCheck(Fields):
     """What one image reference turned out to be. `error` set means the reference is unusable."""
 
-    kind: str  # "remote" | "data" | "invalid"
-    format: str | None = None  # sniffed from the bytes, for data URLs
-    size: int = 0  # decoded bytes, for data URLs
-    error: str | None = None
-    warning: str | None = None
+    __slots__ = ("kind", "format", "size", "error", "warning")
+
+    def __init__(self, kind: str, format: str | None = None, size: int = 0, error: str | None = None,
+                 warning: str | None = None) -> None:
+        self.kind = kind  # "remote" | "data" | "invalid"
+        self.format = format  # sniffed from the bytes, for data URLs
+        self.size = size  # decoded bytes, for data URLs
+        self.error = error
+        self.warning = warning
 
 
 def sniff_image_format(head: bytes) -> str | None:

@@ -21,7 +21,6 @@ accelerator that vouches for clean records and sends everything else here.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 # The rules' shared context and the tool rules live in their own modules; the short aliases keep the rule code
 # below as it was.
@@ -34,6 +33,10 @@ from synth_ai.datasets.image_parts import count_images as _count_images
 from synth_ai.datasets.images import check_image_url
 from synth_ai.datasets.tool_rules import check_tool_call as _check_tool_call
 from synth_ai.datasets.tool_rules import check_tools as _check_tools
+
+TYPE_CHECKING = False  # `typing` is not loaded at run time (the `files validate` start-up: see record_types)
+if TYPE_CHECKING:
+    from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
 ROLE_SET = frozenset(ROLES)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from synth_ai.datasets.slots import Fields
+
+TYPE_CHECKING = False  # `typing` is not loaded at run time: see slots
+if TYPE_CHECKING:
+    from typing import Any
 
 FIX_HINT = (
     'Each non-blank line must be one JSON object like {"messages": [{"role": "user", "content": "..."}, '
@@ -13,53 +16,58 @@ FIX_HINT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class DatasetIssue:
+class DatasetIssue(Fields):
     """One problem (or warning) in a dataset. `line` is 1-based, counting blank lines; None for the whole file."""
 
-    line: int | None
-    message: str
+    __slots__ = ("line", "message")
+
+    def __init__(self, line: int | None, message: str) -> None:
+        self.line = line
+        self.message = message
 
     def render(self) -> str:
         return f"Line {self.line}: {self.message}" if self.line is not None else self.message
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "message": self.message}
+
+class DatasetSummary(Fields):
+    """Counts over the file; `to_dict()` gives them all by name."""
+
+    __slots__ = ("lines", "blank_lines", "records", "examples", "invalid_records", "messages", "images",
+                 "images_trimmed", "tool_calls", "text_chars", "approx_tokens", "bytes")
+
+    def __init__(self) -> None:
+        self.lines = 0  # every line, blank ones included
+        self.blank_lines = 0
+        self.records = 0  # non-blank lines
+        self.examples = 0  # records that passed every rule
+        self.invalid_records = 0
+        self.messages = 0  # turns in valid examples
+        self.images = 0  # image parts in valid examples (before trimming)
+        self.images_trimmed = 0  # beyond the model's max_images_per_message
+        self.tool_calls = 0
+        self.text_chars = 0
+        self.approx_tokens = 0  # text characters / 4 (a heuristic; images not counted)
+        self.bytes = 0  # bytes read (the whole file unless `limit` stopped early)
 
 
-@dataclass(slots=True)
-class DatasetSummary:
-    lines: int = 0  # every line, blank ones included
-    blank_lines: int = 0
-    records: int = 0  # non-blank lines
-    examples: int = 0  # records that passed every rule
-    invalid_records: int = 0
-    messages: int = 0  # turns in valid examples
-    images: int = 0  # image parts in valid examples (before trimming)
-    images_trimmed: int = 0  # beyond the model's max_images_per_message
-    tool_calls: int = 0
-    text_chars: int = 0
-    approx_tokens: int = 0  # text characters / 4 (a heuristic; images not counted)
-    bytes: int = 0  # bytes read (the whole file unless `limit` stopped early)
+class DatasetReport(Fields):
+    __slots__ = ("path", "ok", "errors", "error_count", "warnings", "warning_count", "summary", "sha256", "model",
+                 "min_messages", "max_errors", "limit")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(slots=True)
-class DatasetReport:
-    path: str
-    ok: bool = True
-    errors: list[DatasetIssue] = field(default_factory=list)  # the first `max_errors`
-    error_count: int = 0
-    warnings: list[DatasetIssue] = field(default_factory=list)  # the first `max_errors`
-    warning_count: int = 0
-    summary: DatasetSummary = field(default_factory=DatasetSummary)
-    sha256: str | None = None  # of the whole file; None when `limit` stopped before its end
-    model: str | None = None
-    min_messages: int = 2
-    max_errors: int = 20
-    limit: int | None = None
+    def __init__(self, path: str, *, model: str | None = None, min_messages: int = 2, max_errors: int = 20,
+                 limit: int | None = None) -> None:
+        self.path = path
+        self.ok = True
+        self.errors: list[DatasetIssue] = []  # the first `max_errors`
+        self.error_count = 0
+        self.warnings: list[DatasetIssue] = []  # the first `max_errors`
+        self.warning_count = 0
+        self.summary = DatasetSummary()
+        self.sha256: str | None = None  # of the whole file; None when `limit` stopped before its end
+        self.model = model
+        self.min_messages = min_messages
+        self.max_errors = max_errors
+        self.limit = limit
 
     @property
     def errors_omitted(self) -> int:

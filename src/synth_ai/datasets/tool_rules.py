@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False  # `typing` is not loaded at run time (the `files validate` start-up: see record_types)
+if TYPE_CHECKING:
+    from typing import Any
 
 from synth_ai.datasets.checking import RuleContext, type_name
 
