@@ -11,8 +11,8 @@ PORT_HELP = "Port to listen on (default: $SYNTH_AI_BACKEND_PORT, else 8000)."
 TRACES_HELP = ("Trace database (SQLite file, or a folder of them) whose eval runs the dashboard shows; repeatable. "
                "Adds to $SYNTH_AI_BACKEND_TRACES and ./traces/v3.")
 EXECUTOR_HELP = ("What runs jobs: local (one worker process), torchrun (N local processes: data-parallel SFT and "
-                 "GSPO) or modal (Modal GPUs; needs `modal token set`). Default: $SYNTH_AI_BACKEND_EXECUTOR, else local. "
-                 "See docs/scale.md.")
+                 "GSPO) or modal (Modal GPUs; needs `modal token set`). Default: $SYNTH_AI_BACKEND_EXECUTOR, else "
+                 "local. See docs/scale.md.")
 
 
 def register(app: typer.Typer) -> None:
