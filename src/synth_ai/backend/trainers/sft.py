@@ -79,7 +79,8 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     from synth_ai.backend.ml.images import env_flag
     from synth_ai.backend.ml.templates import training_template
     from synth_ai.backend.trainers import checkpoints
-    from synth_ai.backend.trainers.sft_data import Encoder, PixelLoader, collate, epoch_batches, read_examples
+    from synth_ai.backend.trainers.sft_data import (Encoder, PixelLoader, collate, data_events, epoch_batches,
+                                                    read_examples)
 
     from synth_ai.backend.trainers import fsdp
     from synth_ai.backend.trainers.common import load_policy, vision_base_folder
@@ -121,7 +122,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     prep_started = time.perf_counter()
     train_encoder = encoder()
     train = read_examples(train_path, train_encoder, model_id=settings.base_model)
-    _data_events(reporter, "training", train_encoder.stats, settings)
+    data_events(reporter, "training", train_encoder.stats, settings)
     if not train:
         raise InvalidInputError(f"{train_path}: no example has an assistant token to learn from.",
                                 hint="Each record needs at least one assistant message (within sequence_length).")
@@ -129,7 +130,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     if val_path is not None:
         val_encoder = encoder()
         val = read_examples(val_path, val_encoder, model_id=settings.base_model)
-        _data_events(reporter, "validation", val_encoder.stats, settings)
+        data_events(reporter, "validation", val_encoder.stats, settings)
     prep_s = time.perf_counter() - prep_started
 
     # Plan ----------------------------------------------------------------------------------------------------------
@@ -377,26 +378,6 @@ def _registry_image_limit(model_id: str) -> int:
 
     info = find_model(model_id)
     return (info.max_images_per_message if info and info.max_images_per_message else 1)
-
-
-def _data_events(reporter: Reporter, split: str, stats: Any, settings: Settings) -> None:
-    if stats.truncated:
-        _event(reporter, "sft.data.truncated",
-               f"{stats.truncated} {split} example(s) were longer than sequence_length={settings.sequence_length} "
-               "and were truncated.",
-               {"split": split, "truncated": stats.truncated, "sequence_length": settings.sequence_length,
-                "examples": stats.records, "lines": stats.truncated_lines}, level="warning")
-    if stats.images_dropped:
-        _event(reporter, "sft.data.images_dropped",
-               f"{stats.images_dropped} image(s) in {stats.records_with_dropped_images} {split} record(s) exceeded "
-               f"max_images_per_message={settings.max_images_per_message} and were dropped.",
-               {"split": split, "images_dropped": stats.images_dropped,
-                "records": stats.records_with_dropped_images,
-                "max_images_per_message": settings.max_images_per_message}, level="warning")
-    if stats.skipped_no_labels:
-        _event(reporter, "sft.data.skipped",
-               f"{stats.skipped_no_labels} {split} example(s) had no assistant token left and were skipped.",
-               {"split": split, "skipped": stats.skipped_no_labels}, level="warning")
 
 
 class _Silent:
