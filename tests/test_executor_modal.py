@@ -1,5 +1,6 @@
 """The modal executor's submit / stream / reattach / cancel protocol against a real backend, with the Modal function
-body (the job worker) run in a subprocess on a local folder standing in for the volume (SYNTH_AI_MODAL_EMULATE)."""
+body (the job worker) run in a subprocess on a local folder standing in for the volume (SYNTH_AI_MODAL_EMULATE).
+A fine-tune that exists only on this backend, used as the base of the next Modal job, is uploaded with it."""
 
 from __future__ import annotations
 
@@ -104,6 +105,26 @@ def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_
         assert cancelled["status"] == "cancelled", (cancelled, events(api, cancel_job)[-3:])
         wait_for(lambda: not _alive(int(call_ids[cancel_job])), timeout=60, what="the remote call to stop")
         assert os.path.isdir(volume / cancel_job)
+
+        # the fine-tune just fetched from the volume is the base of the next Modal job: its weights (only on this
+        # backend's disk) go up with the job, and the remote trainer starts from them
+        tuned = row["fine_tuned_model"]
+        body = {**sft_body(file_id, steps=2, per_device_batch=2, model=tuned), "metadata": compute}
+        created = api.post("/learning/jobs", json=body)
+        assert created.status_code == 201, created.text
+        next_job = created.json()["id"]
+        assert api.post(f"/learning/jobs/{next_job}/start").status_code == 200
+        row = wait_for(lambda: finished(next_job), timeout=240, interval=0.3, what="the job on the fine-tune")
+        assert row["status"] == "succeeded", (row, events(api, next_job)[-4:], second.log())
+        assert row["fine_tuned_model"] == f"ft:{TINY_TEXT}:{next_job}"  # named by the root base, as locally
+        staged = volume / next_job / "models" / "staged" / done_job
+        assert (staged / "model.safetensors").is_file()  # uploaded, not found on the volume by chance
+        started = [e for e in events(api, next_job) if e["type"] == "sft.training.started"][0]
+        assert started["data"]["model"] == tuned
+        first = {p["step"]: p["value"] for p in metric_seen(done_job)}
+        again = {p["step"]: p["value"] for p in metric_seen(next_job)}
+        assert again[0] < first[0] - 0.1  # it starts from the trained weights, not from the base
+        assert row["fine_tuned_model"] in [m["id"] for m in api.get("/learning/models").json()["data"]]
     finally:
         second.stop()
         for pid in call_ids.values():  # a remote run this test left behind (only when it failed)

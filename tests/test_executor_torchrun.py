@@ -1,6 +1,7 @@
 """The torchrun executor on CPU: the same SFT job worker over 2 gloo processes trains the tiny model to the same
-loss curve as one process (the trainer run here) with the same global batch; a job nothing here can run is refused
-at create time."""
+loss curve as one process (the trainer run here) with the same global batch, with every rank holding the whole
+model and with the model sharded by FSDP (whose fine-tune then answers at the inference endpoint); a job nothing
+here can run is refused at create time."""
 
 from __future__ import annotations
 
@@ -89,11 +90,12 @@ def _loss(api, job_id: str) -> dict[int, float]:
 def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path, tiny_text_models):
     data = chat_jsonl(tmp_path / "chat.jsonl", n=12)
     pair = _backend(tmp_path, tiny_text_models, "pair", SYNTH_AI_BACKEND_EXECUTOR="torchrun",
-                    SYNTH_AI_BACKEND_TORCHRUN_NPROC="2", SYNTH_AI_BACKEND_MAX_JOBS="2")
+                    SYNTH_AI_BACKEND_TORCHRUN_NPROC="2", SYNTH_AI_BACKEND_MAX_JOBS="3")
     try:
         # 2 ranks, 1 micro-batch each == one process, 2 micro-batches a step (same global batch, same order)
         api2, job2 = _submit(pair, data, gradient_accumulation_steps=1)
         _, long_job = _submit(pair, data, gradient_accumulation_steps=1, total_steps=100000)  # to cancel, below
+        _, sharded = _submit(pair, data, gradient_accumulation_steps=1, parallelism={"fsdp": True})
         one = _one_process_loss(tmp_path, tiny_text_models[0].parents[2], data, gradient_accumulation_steps=2)  # meanwhile, here
         row2 = _finished(api2, job2, pair)
         assert row2["fine_tuned_model"] == f"ft:{TINY_TEXT}:{job2}"  # same model ids whichever executor ran it
@@ -107,6 +109,21 @@ def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path,
         # the pair's fine-tune is usable like any other: registered and listed
         models = [m["id"] for m in api2.get("/learning/models").json()["data"]]
         assert row2["fine_tuned_model"] in models
+
+        # FSDP: each rank holds half of every layer, and still computes the one-process update
+        row3 = _finished(api2, sharded, pair)
+        started = [e for e in events(api2, sharded) if e["type"] == "sft.training.started"]
+        assert started[0]["data"]["fsdp"] == "full_shard" and started[0]["data"]["world_size"] == 2
+        three = _loss(api2, sharded)
+        assert sorted(three) == list(range(STEPS))
+        for step in one:
+            assert three[step] == pytest.approx(one[step], rel=1e-4, abs=1e-5), (one, three)
+        assert [e for e in events(api2, sharded) if e["type"] == "sft.checkpoint.saved"]  # gathered on rank 0
+        answer = api2.post("/inference/v1/chat/completions", json={  # the saved model is a whole model
+            "model": row3["fine_tuned_model"], "messages": [{"role": "user", "content": "What is 2 plus 2?"}],
+            "max_tokens": 4, "temperature": 0})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["usage"]["completion_tokens"] >= 1
 
         # a cancel stops every rank at the same step; the job ends cancelled and no rank is left behind
         wait_for(lambda: _loss(api2, long_job), timeout=240, interval=0.3, what="the long job's first step")

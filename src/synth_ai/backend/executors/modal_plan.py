@@ -178,9 +178,13 @@ def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
     settings.ensure_dirs()
     db = Database(settings.db_path)
     db.migrate()  # the job's data dir arrives with its database; a fresh one gets the schema
+    from synth_ai.backend.executors.modal_bases import register_staged
+
+    roots = register_staged(settings.data_dir)  # a fine-tune of the backend, uploaded with the job
     job = db.conn().execute("SELECT model FROM jobs WHERE id = ?", (job_id,)).fetchone()
     if job is not None and os.environ.get("MODAL_TASK_ID"):
-        _fetch_base_model(str(job["model"]))
+        for model in {str(job["model"]), *roots}:
+            _fetch_base_model(model)
         # the task app is not in this container: the policy it calls is reached through a Modal tunnel
         from synth_ai.backend.trainers.rl.policy_exposure import TUNNEL_ENV
 

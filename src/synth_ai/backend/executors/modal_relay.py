@@ -3,8 +3,9 @@
 The scheduler starts it where it would start a worker, so cancel (SIGTERM + `cancel_requested`), restarts and
 attempts work as for any job. It:
 
-1. stages the job's own data dir (a database holding just this job and its files, the files' blobs, a tiny base
-   model when that is what it trains) and puts it on the volume under `/<job_id>`;
+1. stages the job's own data dir (a database holding just this job and its files, the files' blobs, the model files
+   only this machine has: a tiny base model, a fine-tune of this backend as the base, see `modal_bases`) and puts
+   it on the volume under `/<job_id>`;
 2. starts the job function (`modal_plan.remote_job`: the backend's job worker) and writes the call id to
    `jobs/<job_id>/remote.json` *before* anything else, so a restarted backend reattaches instead of submitting
    again (one remote run per job);
@@ -35,6 +36,7 @@ from typing import Any
 
 from synth_ai.backend import jobs as J
 from synth_ai.backend.db import Database, loads, utcnow
+from synth_ai.backend.executors.modal_bases import stage_models
 from synth_ai.backend.executors.modal_plan import DEFAULT_TIMEOUT_S, ModalPlan, plan_for
 from synth_ai.backend.executors.modal_transport import DB_RELATIVE, Transport, transport_for
 from synth_ai.backend.executors.placement import job_needs
@@ -160,7 +162,7 @@ class Relay:
 
 def stage(settings: BackendSettings, db: Database, job: Any, bundle: Path) -> None:
     """The job's own data dir: a database with this job (queued, attempt 1) and its files, their blobs, and the
-    tiny base model when that is what it trains (real models are downloaded by the container)."""
+    model files only this machine has (`modal_bases`; registry models are downloaded by the container)."""
     from synth_ai.backend.storage import BlobStore
 
     remote = BackendSettings(data_dir=bundle)
@@ -185,9 +187,7 @@ def stage(settings: BackendSettings, db: Database, job: Any, bundle: Path) -> No
             dest = BlobStore(remote.blobs_dir, remote.tmp_dir).path_for(f["sha256"])
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(local_blobs.path_for(f["sha256"]), dest)
-    tiny = settings.data_dir / "models" / "tiny"
-    if str(job["model"]).startswith("synth-ai/tiny") and tiny.is_dir():
-        shutil.copytree(tiny, bundle / "models" / "tiny", dirs_exist_ok=True)
+    stage_models(settings.data_dir, str(job["model"]), bundle)
 
 
 def run(job_id: str) -> int:

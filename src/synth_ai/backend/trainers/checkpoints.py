@@ -37,7 +37,9 @@ def latest(workdir: Path) -> Path | None:
 
 
 def save(workdir: Path, step: int, *, trainable: dict[str, Any], optimizer: Any, scheduler: Any,
-         state: dict[str, Any], keep: int = 2) -> Path:
+         state: dict[str, Any], keep: int = 2, optimizer_state: dict[str, Any] | None = None) -> Path:
+    """`trainable`: name -> tensor; `optimizer_state`: the optimizer's state dict when the caller gathered it
+    already (a sharded model, `trainers.fsdp`), else `optimizer.state_dict()` is saved."""
     import torch
     from safetensors.torch import save_file
 
@@ -48,7 +50,8 @@ def save(workdir: Path, step: int, *, trainable: dict[str, Any], optimizer: Any,
     try:
         save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()},
                   str(staging / "weights.safetensors"))
-        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+        torch.save(optimizer_state if optimizer_state is not None else optimizer.state_dict(),
+                   staging / "optimizer.pt")
         torch.save(scheduler.state_dict(), staging / "scheduler.pt")
         rng = {"cpu": torch.random.get_rng_state()}
         if torch.cuda.is_available():

@@ -9,9 +9,8 @@ GPU), so per-step overhead decides throughput; and the loop must check `should_s
 and resume exactly, and report events and metrics in the backend's vocabulary. What it does per optimizer step:
 
 - length-grouped micro-batches (`sft_data.epoch_batches`), padded only to the longest row of the batch;
-- loss on assistant tokens only, computed on the selected positions: the decoder runs once, then the LM head and
-  the cross-entropy run only on rows whose next token is labelled (with Qwen's 151k vocabulary, this avoids a full
-  logits tensor);
+- loss on assistant tokens only, computed on the selected positions (`token_loss`: the LM head runs only on rows
+  whose next token is labelled);
 - the loss is summed over the micro-batches of the step and divided by the step's labelled-token count, so
   gradient accumulation gives the same gradient as one big batch;
 - AdamW, gradient clipping, linear warmup then linear (default), cosine or constant decay;
@@ -26,8 +25,8 @@ step's loss is reported at step 0, a validation before training at step 0, the f
 The job's terminal events (`sft.job.completed` / `failed`) belong to the server.
 
 Settings are read in `sft_settings`. Under torchrun (`synth_ai.backend.trainers.distributed`) every rank runs
-this loop on its share of each step's micro-batches; gradients are averaged by DDP and only rank 0 reports,
-checkpoints and saves the final model.
+this loop on its share of each step's micro-batches; gradients are summed across ranks (`distributed`, or FSDP's
+reduce-scatter when the model is sharded: `fsdp`) and only rank 0 reports, checkpoints and saves the final model.
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ from typing import Any
 
 from synth_ai.backend.trainers import distributed
 from synth_ai.backend.trainers.common import PROJECTOR_ALIASES  # noqa: F401 - re-exported
-from synth_ai.backend.trainers.common import NullContext as _NullContext
 from synth_ai.backend.trainers.common import jsonable as _jsonable
 from synth_ai.backend.trainers.common import save_final as _save_final
 from synth_ai.backend.trainers.common import wrap_lora as _wrap_lora
@@ -81,9 +79,12 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     from synth_ai.backend.ml.images import env_flag
     from synth_ai.backend.ml.templates import training_template
     from synth_ai.backend.trainers import checkpoints
-    from synth_ai.backend.trainers.sft_data import Encoder, PixelLoader, collate, epoch_batches, read_examples
+    from synth_ai.backend.trainers.sft_data import (Encoder, PixelLoader, collate, data_events, epoch_batches,
+                                                    read_examples)
 
+    from synth_ai.backend.trainers import fsdp
     from synth_ai.backend.trainers.common import load_policy, vision_base_folder
+    from synth_ai.backend.trainers.token_loss import SelectedTokenLoss
 
     model_path = model_store.resolve(settings.base_model)  # a base model, or a fine-tune of this backend
     base_path = vision_base_folder(model_store, model_path)
@@ -121,7 +122,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     prep_started = time.perf_counter()
     train_encoder = encoder()
     train = read_examples(train_path, train_encoder, model_id=settings.base_model)
-    _data_events(reporter, "training", train_encoder.stats, settings)
+    data_events(reporter, "training", train_encoder.stats, settings)
     if not train:
         raise InvalidInputError(f"{train_path}: no example has an assistant token to learn from.",
                                 hint="Each record needs at least one assistant message (within sequence_length).")
@@ -129,7 +130,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     if val_path is not None:
         val_encoder = encoder()
         val = read_examples(val_path, val_encoder, model_id=settings.base_model)
-        _data_events(reporter, "validation", val_encoder.stats, settings)
+        data_events(reporter, "validation", val_encoder.stats, settings)
     prep_s = time.perf_counter() - prep_started
 
     # Plan ----------------------------------------------------------------------------------------------------------
@@ -159,7 +160,13 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     # Model ---------------------------------------------------------------------------------------------------------
     torch.manual_seed(settings.seed)
     load_dtype = torch.bfloat16 if (use_bf16 and settings.mode == "lora") else torch.float32
-    model, _, root_base, _ = load_policy(model_store, settings.base_model, loading.Placement(where.device, load_dtype))
+    sharded = settings.fsdp if dp.enabled else None
+    if settings.fsdp and not sharded:
+        _event(reporter, "sft.config.adjusted", "fsdp shards the model over torchrun ranks; this job runs as one "
+               "process, which holds the whole model.", {"fsdp": None})
+    # a sharded model is loaded on the CPU: fully_shard moves each rank's shards to its GPU, one layer at a time
+    model, _, root_base, _ = load_policy(model_store, settings.base_model,
+                                         loading.Placement("cpu" if sharded else where.device, load_dtype))
     if settings.activation_checkpointing:
         # non-reentrant: gradients reach LoRA weights even though the (frozen) inputs need no grad
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
@@ -170,18 +177,22 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     if settings.mode == "lora":
         model = _wrap_lora(model, settings, vision)
     model.train()
-    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    n_trainable = sum(p.numel() for p in trainable.values())
     n_total = sum(p.numel() for p in model.parameters())
     decoder, lm_head = loading.core_parts(model)
+    image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>") if vision else None
+    vision_dtype = next(decoder.visual.parameters()).dtype if vision else None
+    loss_sum = SelectedTokenLoss(model, decoder, lm_head, bf16=use_bf16, image_pad=image_pad,
+                                 vision_dtype=vision_dtype)
+    if sharded:
+        fsdp.shard(loss_sum, fsdp.decoder_layers(decoder), dp, sharded)
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}  # after sharding: its parameters
+    n_trainable = sum(p.numel() for p in trainable.values())
     optimizer = torch.optim.AdamW(list(trainable.values()), lr=settings.learning_rate, betas=(0.9, 0.999),
                                   eps=1e-8, weight_decay=settings.weight_decay,
                                   **({"fused": True} if where.device == "cuda" else {"foreach": True}))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_schedule(settings.lr_scheduler, warmup_steps, total_steps))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    image_pad = tokenizer.convert_tokens_to_ids("<|image_pad|>") if vision else None
-    vision_dtype = next(decoder.visual.parameters()).dtype if vision else None
 
     start_step, first_loss, history = 0, None, {}
     resume_from = checkpoints.latest(workdir)
@@ -194,10 +205,13 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
         missing = set(trainable) - set(saved["weights"])
         if missing:
             raise InvalidInputError(f"The checkpoint in {resume_from} lacks {len(missing)} trainable tensors.")
-        with torch.no_grad():
-            for name, param in trainable.items():
-                param.copy_(saved["weights"][name].to(param.device, param.dtype))
-        optimizer.load_state_dict(saved["optimizer"])
+        if sharded:
+            fsdp.restore(loss_sum, optimizer, trainable, saved["weights"], saved["optimizer"])
+        else:
+            with torch.no_grad():
+                for name, param in trainable.items():
+                    param.copy_(saved["weights"][name].to(param.device, param.dtype))
+            optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         checkpoints.restore_rng(saved["rng"])
         start_step = int(saved["state"]["step"])
@@ -216,29 +230,13 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
             "gradient_accumulation_steps": accum, "world_size": dp.world, "learning_rate": settings.learning_rate,
             "warmup_steps": warmup_steps, "lr_scheduler": settings.lr_scheduler,
             "sequence_length": settings.sequence_length, "trainable_params": n_trainable, "total_params": n_total,
-            "device": where.device, "dtype": "bf16" if use_bf16 else "fp32", "threads": threads,
+            "device": where.device, "dtype": "bf16" if use_bf16 else "fp32", "threads": threads, "fsdp": sharded,
             "vision": vision, "data_prep_s": round(prep_s, 3), "notes": settings.notes,
             **({"lora": {"r": settings.lora_r, "alpha": settings.lora_alpha, "dropout": settings.lora_dropout,
                          "target_modules": settings.lora_targets}} if settings.mode == "lora" else {})})
 
-    autocast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16
-                else _NullContext())
-
     def to_device(b: dict[str, Any]) -> dict[str, Any]:
         return {k: (v.to(where.device, non_blocking=True) if hasattr(v, "to") else v) for k, v in b.items()}
-
-    def loss_sum(b: dict[str, Any]) -> Any:
-        kwargs = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"], "use_cache": False}
-        if "pixel_values" in b:
-            kwargs["pixel_values"] = b["pixel_values"].to(vision_dtype)
-            kwargs["image_grid_thw"] = b["image_grid_thw"]
-            kwargs["mm_token_type_ids"] = (b["input_ids"] == image_pad).to(torch.int32)
-        with autocast:
-            hidden = decoder(**kwargs).last_hidden_state[:, :-1]
-            targets = b["labels"][:, 1:]
-            selected = targets != -100
-            logits = lm_head(hidden[selected]).float()
-        return torch.nn.functional.cross_entropy(logits, targets[selected], reduction="sum")
 
     def evaluate() -> tuple[float, int]:
         model.eval()
@@ -256,9 +254,11 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
 
     def run_eval(step: int) -> None:
         nonlocal best
-        if not dp.main:
+        if not dp.main and not sharded:  # a sharded forward needs every rank
             return
         value, count = evaluate()
+        if not dp.main:
+            return
         reporter.metric("val.loss", step, value, phase="eval")
         if best is None or value < best[0]:
             best = (value, step)
@@ -267,13 +267,15 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
                 "best_val_loss": best[0], "best_step": best[1]})
 
     def checkpoint(step: int, last_loss: float | None) -> Path | None:
+        weights, optimizer_state = (fsdp.full_tensors(trainable, dp), fsdp.optimizer_state(loss_sum, optimizer)) \
+            if sharded else (trainable, None)  # gathering is a collective: every rank takes part
         if not dp.main:
             return None
         state = {"fingerprint": _jsonable(settings.fingerprint()), "train_loss_first": first_loss,
                  "train_loss_last": last_loss, "history": {"best": list(best) if best else None},
                  "total_steps": total_steps}
-        return checkpoints.save(workdir, step, trainable=trainable, optimizer=optimizer, scheduler=scheduler,
-                                state=state)
+        return checkpoints.save(workdir, step, trainable=weights, optimizer=optimizer, scheduler=scheduler,
+                                state=state, optimizer_state=optimizer_state)
 
     if eval_every and start_step == 0:
         run_eval(0)
@@ -288,15 +290,20 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
             raise TrainingCancelled(step, saved_at)
         t0 = time.perf_counter()
         lr = scheduler.get_last_lr()[0]
-        batches = [to_device(collate([train[i] for i in idx], pad_id, pixels))
-                   for idx in dp.shard(micro[step * step_micro:(step + 1) * step_micro])]
-        labelled = dp.sum(sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches))
+        step_items = micro[step * step_micro:(step + 1) * step_micro]
+        passes = fsdp.padded(dp.shard(step_items), step_items, dp) if sharded else \
+            [(idx, 1.0) for idx in dp.shard(step_items)]
+        batches = [(to_device(collate([train[i] for i in idx], pad_id, pixels)), weight) for idx, weight in passes]
+        labelled = dp.sum(sum(int((b["labels"][:, 1:] != -100).sum()) for b, w in batches if w))
         step_loss = 0.0
-        for b in batches:
+        for b, weight in batches:
             loss = loss_sum(b) / labelled
+            if weight != 1.0:  # a pass a sharded rank runs only to keep in step with the others
+                loss = loss * weight
             loss.backward()
             step_loss += loss.detach()
-        dp.sum_grads(list(trainable.values()))
+        if not sharded:
+            dp.sum_grads(list(trainable.values()))
         if settings.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(list(trainable.values()), settings.max_grad_norm)
         optimizer.step()
@@ -304,7 +311,7 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
         optimizer.zero_grad(set_to_none=True)
         value = dp.sum(float(step_loss))
         elapsed = time.perf_counter() - t0
-        tokens = int(dp.sum(sum(b["tokens"] for b in batches)))
+        tokens = int(dp.sum(sum(b["tokens"] for b, w in batches if w)))
         trained_tokens += tokens
         if first_loss is None:
             first_loss = value
@@ -338,10 +345,16 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     final_dir = workdir / "final"
     fine_tuned = f"ft:{root_base}:{settings.job_id}"
     final_model, card = model, settings
+    if sharded:  # gathered whole into an unsharded copy of the model on rank 0
+        weights = fsdp.full_tensors(trainable, dp)
+        if dp.main:
+            fresh = load_policy(model_store, settings.base_model, loading.Placement("cpu", load_dtype))[0]
+            final_model = fsdp.unsharded_copy(_wrap_lora(fresh, settings, vision) if settings.mode == "lora"
+                                              else fresh, weights)
     if not dp.main:  # rank 0 saves and registers the model; the job's result is the same on every rank
         return {"fine_tuned_model": fine_tuned, "steps": total_steps, "rank": dp.rank}
     if root_base != settings.base_model:  # started from a fine-tune: the saved model (merged) names the root base
-        final_model = model.merge_and_unload() if settings.mode == "lora" else model
+        final_model = final_model.merge_and_unload() if settings.mode == "lora" else final_model
         card = _dataclass_replace(settings, base_model=root_base, mode="full")
     _save_final(final_model, tokenizer, base_path, final_dir, card, fine_tuned,
                 {"steps": total_steps, "train_loss_first": first_loss, "train_loss_final": last_loss})
@@ -365,26 +378,6 @@ def _registry_image_limit(model_id: str) -> int:
 
     info = find_model(model_id)
     return (info.max_images_per_message if info and info.max_images_per_message else 1)
-
-
-def _data_events(reporter: Reporter, split: str, stats: Any, settings: Settings) -> None:
-    if stats.truncated:
-        _event(reporter, "sft.data.truncated",
-               f"{stats.truncated} {split} example(s) were longer than sequence_length={settings.sequence_length} "
-               "and were truncated.",
-               {"split": split, "truncated": stats.truncated, "sequence_length": settings.sequence_length,
-                "examples": stats.records, "lines": stats.truncated_lines}, level="warning")
-    if stats.images_dropped:
-        _event(reporter, "sft.data.images_dropped",
-               f"{stats.images_dropped} image(s) in {stats.records_with_dropped_images} {split} record(s) exceeded "
-               f"max_images_per_message={settings.max_images_per_message} and were dropped.",
-               {"split": split, "images_dropped": stats.images_dropped,
-                "records": stats.records_with_dropped_images,
-                "max_images_per_message": settings.max_images_per_message}, level="warning")
-    if stats.skipped_no_labels:
-        _event(reporter, "sft.data.skipped",
-               f"{stats.skipped_no_labels} {split} example(s) had no assistant token left and were skipped.",
-               {"split": split, "skipped": stats.skipped_no_labels}, level="warning")
 
 
 class _Silent:

@@ -308,3 +308,24 @@ def collate(examples: list[Example], pad_id: int, pixels: PixelLoader | None = N
     if pixels is not None and any(e.image_urls for e in examples):
         batch["pixel_values"], batch["image_grid_thw"] = pixels(examples)
     return batch
+
+
+def data_events(reporter: Any, split: str, stats: Any, settings: Any) -> None:
+    """Warnings about what reading a split changed: truncated examples, dropped images, skipped examples."""
+    if stats.truncated:
+        reporter.event("sft.data.truncated",
+                       f"{stats.truncated} {split} example(s) were longer than "
+                       f"sequence_length={settings.sequence_length} and were truncated.",
+                       {"split": split, "truncated": stats.truncated, "sequence_length": settings.sequence_length,
+                        "examples": stats.records, "lines": stats.truncated_lines}, level="warning")
+    if stats.images_dropped:
+        reporter.event("sft.data.images_dropped",
+                       f"{stats.images_dropped} image(s) in {stats.records_with_dropped_images} {split} record(s) "
+                       f"exceeded max_images_per_message={settings.max_images_per_message} and were dropped.",
+                       {"split": split, "images_dropped": stats.images_dropped,
+                        "records": stats.records_with_dropped_images,
+                        "max_images_per_message": settings.max_images_per_message}, level="warning")
+    if stats.skipped_no_labels:
+        reporter.event("sft.data.skipped",
+                       f"{stats.skipped_no_labels} {split} example(s) had no assistant token left and were skipped.",
+                       {"split": split, "skipped": stats.skipped_no_labels}, level="warning")

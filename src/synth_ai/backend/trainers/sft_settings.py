@@ -59,6 +59,7 @@ class Settings:
     lora_alpha: float = 32.0
     lora_dropout: float = 0.05
     lora_targets: Any = DEFAULT_LORA_TARGETS
+    fsdp: str | None = None  # None (every rank holds the whole model) | "full_shard" | "shard_grad_op"
     notes: list[str] = field(default_factory=list)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -66,7 +67,10 @@ class Settings:
         keep = ("base_model", "mode", "n_epochs", "total_steps", "per_device_batch", "gradient_accumulation_steps",
                 "sequence_length", "seed", "lora_r", "lora_targets")
         data = asdict(self)
-        return {k: data[k] for k in keep}
+        kept = {k: data[k] for k in keep}
+        if self.fsdp:  # a sharded checkpoint's optimizer state is keyed by name: it resumes only under FSDP
+            kept["fsdp"] = self.fsdp
+        return kept
 
 
 def _pick(*candidates: tuple[str, Any]) -> tuple[str | None, Any]:
@@ -168,7 +172,10 @@ def resolve_settings(spec: dict[str, Any]) -> Settings:
     logging_raw = hp.get("logging_steps")
     logging_steps = _int("hyperparameters.logging_steps", logging_raw) if logging_raw else None
     parallelism = hp.get("parallelism") or {}
-    bf16 = parallelism.get("bf16") if isinstance(parallelism, dict) else None
+    if not isinstance(parallelism, dict):
+        raise InvalidInputError(f"hyperparameters.parallelism must be a table (found {parallelism!r}).")
+    bf16 = parallelism.get("bf16")
+    fsdp = _sharding(parallelism, notes)
 
     _, max_images = _pick(("hyperparameters.max_images_per_message", hp.get("max_images_per_message")),
                           ("[model_config].max_images_per_message", model_cfg.get("max_images_per_message")),
@@ -208,10 +215,50 @@ def resolve_settings(spec: dict[str, Any]) -> Settings:
         max_grad_norm=_float("hyperparameters.max_grad_norm", hp.get("max_grad_norm", 1.0), low=0.0),
         seed=_int("hyperparameters.seed", hp.get("seed", 42), minimum=0), logging_steps=logging_steps,
         bf16=bf16 if isinstance(bf16, bool) else None,
-        activation_checkpointing=bool(isinstance(parallelism, dict) and parallelism.get("activation_checkpointing")),
+        activation_checkpointing=bool(parallelism.get("activation_checkpointing")),
         max_images_per_message=max_images, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-        lora_targets=targets, notes=notes,
+        lora_targets=targets, fsdp=fsdp, notes=notes,
     )
+
+
+_STRATEGIES = {"full_shard": "full_shard", "shard_grad_op": "shard_grad_op", "zero3": "full_shard",
+               "zero2": "shard_grad_op"}
+
+
+def _sharding(parallelism: dict[str, Any], notes: list[str]) -> str | None:
+    """How the torchrun ranks shard the model (`trainers.fsdp`), from the reference's `fsdp`, `use_deepspeed` and
+    `deepspeed_stage` keys plus this backend's `fsdp_sharding_strategy` (see docs/decisions.md)."""
+    where = "hyperparameters.parallelism"
+    fsdp = parallelism.get("fsdp")
+    if fsdp is not None and not isinstance(fsdp, bool):
+        raise InvalidInputError(f"{where}.fsdp must be true or false (found {fsdp!r}).")
+    raw = parallelism.get("fsdp_sharding_strategy")
+    strategy = None
+    if raw is not None:
+        strategy = _STRATEGIES.get(str(raw).strip().lower())
+        if strategy is None:
+            raise InvalidInputError(f"{where}.fsdp_sharding_strategy must be FULL_SHARD or SHARD_GRAD_OP "
+                                    f"(found {raw!r}).", hint="Or leave it out: FULL_SHARD is the default.")
+    if parallelism.get("use_deepspeed"):
+        stage = parallelism.get("deepspeed_stage")
+        stage = _int(f"{where}.deepspeed_stage", stage, minimum=0) if stage is not None else 0
+        if stage > 3:
+            raise InvalidInputError(f"{where}.deepspeed_stage must be 0, 1, 2 or 3 (found {stage}).")
+        if fsdp is False:
+            raise InvalidInputError(f"{where}: use_deepspeed with fsdp = false asks for both sharding and none.",
+                                    hint="Remove one of the two keys.")
+        if stage >= 2 and not fsdp:
+            notes.append(f"DeepSpeed ZeRO stage {stage} was requested; this backend shards with PyTorch FSDP "
+                         f"({'FULL_SHARD' if stage == 3 else 'SHARD_GRAD_OP'}) instead.")
+            return strategy or ("full_shard" if stage == 3 else "shard_grad_op")
+        if not fsdp:
+            notes.append(f"DeepSpeed ZeRO stage {stage} was requested; this backend trains without DeepSpeed "
+                         "(plain data parallelism: every rank holds the whole model).")
+    if fsdp:
+        return strategy or "full_shard"
+    if strategy is not None:
+        notes.append(f"{where}.fsdp_sharding_strategy is ignored: fsdp is not on.")
+    return None
 
 
 def data_path(spec: dict[str, Any], key: str, *, required: bool) -> Path | None:
