@@ -9,8 +9,10 @@ optimiser step per iteration, no KL term, clip range 3e-4 / 4e-4, fp32 on CPU, o
 (OMP_NUM_THREADS=1 unless you set it).
 
 - ours: `synth_ai.backend.trainers.rl.run_rl`, the function the backend's job worker calls, against the color-quiz
-  app served over HTTP in the same process (rollouts go policy server -> task app -> reward, as in a real job);
-  time per iteration = the gap between successive `rl.train.step` events;
+  app served over HTTP (rollouts go policy server -> task app -> reward, as in a real job); the app runs as its own
+  process, `synth-ai serve color-quiz`, the way users run one (`--task-app-in-process`: in a thread of the
+  trainer's process instead, sharing its GIL); time per iteration = the gap between successive `rl.train.step`
+  events;
 - baseline: TRL `GRPOTrainer` (generation with `model.generate`, the reward function called in process: it does
   no HTTP at all); time per iteration = the gap between successive `on_step_end` callbacks.
 
@@ -30,11 +32,14 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,11 +74,49 @@ def rl_config(iterations: int, batch: int, group: int, things: int) -> dict:
     }
 
 
-def run_ours(iterations: int, batch: int, group: int, things: int) -> dict:
-    from synth_ai.backend.modelstore import ModelStore
-    from synth_ai.backend.trainers.rl import run_rl
+@contextmanager
+def served_app(in_process: bool) -> Iterator[str]:
+    """The color-quiz app's base URL: `synth-ai serve` in its own process, or uvicorn in a thread of this one."""
     from synth_ai.taskapp import create_task_app
     from synth_ai.taskapp.serving import running_in_background
+
+    if in_process:
+        entry, _ = color_app()
+        with running_in_background(create_task_app(entry.config_factory())) as base:
+            yield base
+        return
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="rl-bench-app-") as home:
+        exe = Path(sys.executable).parent / "synth-ai"
+        argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "synth_ai"]
+        env = {**os.environ, "HOME": home, "PYTHONPATH": str(REPO / "src")}
+        process = subprocess.Popen([*argv, "serve", "color-quiz", "--port", str(port)], env=env, cwd=home,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"synth-ai serve color-quiz did not start (exit {process.poll()})")
+                try:
+                    if httpx.get(f"{base}/health", headers={"X-API-Key": APP_KEY}, timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+            yield base
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def run_ours(iterations: int, batch: int, group: int, things: int, in_process: bool) -> dict:
+    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.trainers.rl import run_rl
 
     steps: list[tuple[float, dict]] = []
 
@@ -86,9 +129,7 @@ def run_ours(iterations: int, batch: int, group: int, things: int) -> dict:
             pass
 
     os.environ["ENVIRONMENT_API_KEY"] = APP_KEY
-    entry, _ = color_app()
-    with running_in_background(create_task_app(entry.config_factory())) as base, \
-            tempfile.TemporaryDirectory(prefix="rl-bench-ours-") as work:
+    with served_app(in_process) as base, tempfile.TemporaryDirectory(prefix="rl-bench-ours-") as work:
         spec = {"job_id": "bench", "model": MODEL_ID, "environment_api_key": APP_KEY,
                 "data": {"endpoint_base_url": base, "base_model": MODEL_ID,
                          "config": rl_config(iterations, batch, group, things)}}
@@ -155,15 +196,19 @@ def run_trl(iterations: int, batch: int, group: int, things: int) -> dict:
 
 
 def worker(kind: str, args: argparse.Namespace) -> None:
-    run = run_ours if kind == "ours" else run_trl
-    print("RESULT " + json.dumps(run(args.iterations, args.batch, args.group, args.things)), flush=True)
+    if kind == "ours":
+        result = run_ours(args.iterations, args.batch, args.group, args.things, args.task_app_in_process)
+    else:
+        result = run_trl(args.iterations, args.batch, args.group, args.things)
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 def spawn(kind: str, args: argparse.Namespace) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
     argv = [sys.executable, __file__, "--worker", kind, "--iterations", str(args.iterations), "--batch",
-            str(args.batch), "--group", str(args.group), "--things", str(args.things)]
+            str(args.batch), "--group", str(args.group), "--things", str(args.things)] \
+        + (["--task-app-in-process"] if args.task_app_in_process else [])
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -179,6 +224,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="prompts (seeds) per iteration")
     parser.add_argument("--group", type=int, default=8, help="samples per prompt")
     parser.add_argument("--things", type=int, default=2, help="how many of color-quiz's things the seeds cycle through")
+    parser.add_argument("--task-app-in-process", action="store_true",
+                        help="serve the task app in a thread of our trainer's process (default: its own process)")
     parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.iterations < 2:
@@ -211,7 +258,7 @@ def main() -> None:
     x, y = statistics.median(ours), statistics.median(base)
     print("reproduce: .venv/bin/python bench/rl_step.py "
           f"--runs {args.runs} --iterations {args.iterations} --batch {args.batch} --group {args.group} "
-          f"--things {args.things}")
+          f"--things {args.things}" + (" --task-app-in-process" if args.task_app_in_process else ""))
     print(f"rl_step: ours {x:.2f} s, baseline {y:.2f} s, ratio {y / x:.2f}")
 
 

@@ -94,3 +94,21 @@ def test_rows_with_their_own_limits_leave_a_batch_and_the_rest_decode_on(engine:
     assert words[2] not in together[1]["choices"][0]["message"]["content"]
     assert together[3]["choices"][0]["message"] == free["choices"][0]["message"]
     assert len(together[2]["choices"]) == 3
+
+
+def test_a_repeated_prompt_is_rendered_once_and_samples_as_a_fresh_one(engine: Any) -> None:
+    # an RL group sends the same prompt group_size times: the second render comes from the model's prompt cache
+    loaded = engine.get(TEXT)
+    body = _body("Name a colour, any colour.", temperature=1.0, seed=11, max_tokens=8)
+    hits = loaded.prompts.hits
+    first = engine.chat_completion_with_tokens(body)
+    again = engine.chat_completion_with_tokens(body)
+    other = engine.chat_completion_with_tokens(_body("Name a fruit.", temperature=1.0, seed=11, max_tokens=8))
+    thinking = engine.chat_completion_with_tokens({**body, "thinking_mode": "no_think"})
+    assert loaded.prompts.hits == hits + 1  # only the identical request hit
+    assert again[1][0].prompt_ids == first[1][0].prompt_ids and again[1][0].prompt_ids is not first[1][0].prompt_ids
+    assert again[1][0].completion_ids == first[1][0].completion_ids  # same seed, same prompt: same sample
+    assert other[1][0].prompt_ids != first[1][0].prompt_ids
+    assert thinking[1][0].prompt_ids != first[1][0].prompt_ids  # the template's thinking switch is in the key
+    cache = loaded.prompts
+    assert cache.key(loaded, {"tools": None, "tool_choice": "auto", "thinking_mode": None}, [], ["an image"]) is None

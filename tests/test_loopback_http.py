@@ -126,3 +126,58 @@ def test_the_daemon_pool_bounds_its_threads_and_hands_back_results_and_errors():
     pool.shutdown()
     with pytest.raises(RuntimeError):
         pool.submit(work, 1)
+
+
+def _raw_server(answers: list[bytes]) -> tuple[socket.socket, str, list[bytes]]:
+    """A server that reads one request per connection and writes the next of `answers` byte for byte, then
+    closes: the answer shapes our parser must read besides Content-Length (chunked, to the close, after a 100)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        for answer in answers:
+            conn, _ = listener.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                while len(body) < length:
+                    body += conn.recv(65536)
+                requests.append(head + b"\r\n\r\n" + body)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, f"http://127.0.0.1:{listener.getsockname()[1]}", requests
+
+
+def test_answers_that_are_chunked_run_to_the_close_or_follow_a_100_are_read_whole() -> None:
+    answers = [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Seen: a\r\nx-seen: b\r\n\r\n"
+        b"5\r\n{\"a\":\r\n3;ext=1\r\n 1}\r\n0\r\n\r\n",
+        b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n{\"busy\": true}",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+    ]
+    listener, url, requests = _raw_server(answers)
+    try:
+        async def calls() -> list[Any]:
+            pool = ThreadPoolExecutor(max_workers=1)
+            try:
+                return [await loopback_http.post_json(f"{url}/r?cid=x", b'{"i": 1}', {"X-API-Key": "k"}, 10,
+                                                      executor=pool) for _ in answers]
+            finally:
+                pool.shutdown()
+
+        chunked, to_close, after_100 = asyncio.run(calls())
+    finally:
+        listener.close()
+    assert (chunked.status_code, chunked.json(), chunked.headers["x-seen"]) == (200, {"a": 1}, "a, b")
+    assert (to_close.status_code, to_close.json()) == (503, {"busy": True})
+    assert (after_100.status_code, after_100.json()) == (201, {})
+    first = requests[0].decode()
+    assert first.startswith("POST /r?cid=x HTTP/1.1\r\n") and "X-API-Key: k\r\n" in first
+    assert "Content-Length: 8\r\n" in first and first.endswith('{"i": 1}')

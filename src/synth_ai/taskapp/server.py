@@ -67,7 +67,9 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _require_key(request: Request) -> None:
+async def _require_key(request: Request) -> None:
+    # async on purpose: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per request for a
+    # check that does no I/O
     headers = request.headers
     candidates = auth.presented_keys(
         headers.getlist("x-api-key"), headers.getlist("x-api-keys"), headers.getlist("authorization")

@@ -5,7 +5,8 @@ Callers `submit` a job and block until it is done. One generation thread owns th
 jobs waiting at the front of the queue that fit (same loaded model, text only, rows up to `max_batch`), and a job
 whose rows have all ended is answered right away, while the others decode on. When the batch is empty, the thread
 waits for a job and then up to `window_s` for more, so requests that arrive together prefill together (up to
-`GATHER_FACTOR` times longer while fewer wait than the last batch held). A job with
+`GATHER_FACTOR` times longer while fewer wait than the last batch held, that long window counted from the latest
+arrival while requests keep coming, at most `GATHER_CAP` long windows in all). A job with
 images, and every job on a vision model, runs alone (one `generate`) when it reaches the front of the queue, between
 two steps of the running batch; jobs behind it wait their turn (first come, first served, no starvation).
 
@@ -29,6 +30,7 @@ from synth_ai.errors import RateLimitError
 
 RETRY_AFTER_S = 1
 GATHER_FACTOR = 10  # an empty batch's window stretches this much while fewer rows wait than the last batch held
+GATHER_CAP = 4  # and, while requests keep arriving, restarts from the latest one, up to this many long windows
 
 
 @dataclass(eq=False)  # jobs are compared by identity: two identical requests are two jobs
@@ -91,6 +93,7 @@ class Batcher:
         self.joined = 0
         self.steps = 0
         self._peak = 0  # the most rows the current (or last) batch held
+        self._arrived = 0.0  # when the latest job was submitted (monotonic)
 
     def submit(self, job: Job) -> Any:
         with self._cond:
@@ -99,6 +102,7 @@ class Batcher:
                                      hint=f"Retry after {RETRY_AFTER_S} s, or send fewer requests at once "
                                           "(SYNTH_INFERENCE_MAX_QUEUE sets the limit).")
             self._waiting.append(job)
+            self._arrived = time.monotonic()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="inference-batcher", daemon=True)
                 self._thread.start()
@@ -152,10 +156,15 @@ class Batcher:
                 # a short window, so requests sent together prefill together; longer while fewer wait than the last
                 # batch held: its callers (a client's threads, an RL iteration's rollouts) are likely sending their
                 # next requests, and one prefill costs less than many steps of a batch that keeps being joined
+                # (the long window runs from the latest arrival while requests keep coming, up to GATHER_CAP
+                # long windows: on a busy machine a task app hands over an RL batch's calls more slowly, and a
+                # batch started on part of them pays another prefill and more steps for the rest)
                 start, last = time.monotonic(), self._peak
                 while (rows := self._compatible_rows(first)) < self.max_batch:
-                    window = self.window_s if rows >= last else self.window_s * GATHER_FACTOR
-                    left = start + window - time.monotonic()
+                    long = self.window_s * GATHER_FACTOR
+                    deadline = start + self.window_s if rows >= last else \
+                        min(max(start, self._arrived) + long, start + long * GATHER_CAP)
+                    left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)

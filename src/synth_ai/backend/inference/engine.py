@@ -31,6 +31,7 @@ from typing import Any
 from synth_ai.backend.inference import generation
 from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.chat_request import MAX_REQUEST_PIXELS, prepare_messages, validate
+from synth_ai.backend.inference.prompt_cache import PromptCache
 from synth_ai.backend.inference.runner import BatchRunner, SampledTokens
 from synth_ai.errors import NotFoundError
 
@@ -50,6 +51,7 @@ class LoadedModel:
     image_pad: int | None = None
     device: str = "cpu"
     loaded_at: float = field(default_factory=time.time)
+    prompts: PromptCache = field(default_factory=PromptCache)  # rendered text prompts (`prompt_cache`)
 
 
 def describe_model(model_id: str, path: Path, model: Any, tokenizer: Any, *, vision: bool, processor: Any = None,
@@ -200,8 +202,12 @@ class InferenceEngine:
         job = Job(loaded, params, messages, images, record)
         # rendered and tokenised here, in the caller's thread, not in the generation thread between two steps; one
         # at a time (a fast tokenizer used from two threads at once can fail with "Already borrowed")
-        with self._encode_lock:
-            job.encoded = generation.encode(loaded, params, messages, images)
+        key = loaded.prompts.key(loaded, params, messages, images)
+        job.encoded = loaded.prompts.get(key)
+        if job.encoded is None:
+            with self._encode_lock:
+                job.encoded = generation.encode(loaded, params, messages, images)
+            loaded.prompts.put(key, job.encoded)
         return self.batcher.submit(job)
 
 

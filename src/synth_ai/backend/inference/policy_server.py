@@ -7,7 +7,8 @@ its episode) are answered but not recorded, so nothing is left behind; `sync_wei
 latest weights the ones task apps see. A faster engine (vLLM) implements the same four methods and the trainer
 does not change.
 
-`LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process,
+`LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process
+(stdlib threads, one per connection, with `lean_http`'s request parsing),
 answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat
 template, tool-call parsing, thinking budget and continuous batching as `/api/inference`: concurrent rollouts'
 calls decode in one running batch), over the trainer's in-memory policy. `sync_weights` copies weights between two
@@ -36,6 +37,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from synth_ai.backend.inference.batching import RETRY_AFTER_S
 from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel, SampledTokens
+from synth_ai.backend.inference.lean_http import LeanHandler
 from synth_ai.errors import InvalidInputError, NotFoundError, RateLimitError
 
 log = logging.getLogger("synth_ai.backend.policy_server")
@@ -201,21 +203,12 @@ def _copy_loaded(loaded: LoadedModel) -> LoadedModel:
 
 
 def _handler_for(server: LocalPolicyServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(LeanHandler):
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             log.debug("policy server: " + format, *args)
 
         def _send(self, status: int, doc: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(doc).encode()
-            self.send_response(status)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_json(status, doc, headers)
 
         def _route(self) -> str | None:
             """The request's path without the server's path token; None (after a 404) when the token is wrong."""

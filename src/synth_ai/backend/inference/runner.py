@@ -127,7 +127,7 @@ def completion(job: Job, encoded: generation.Encoded, rows: list[generation.Row]
         choices.append({"index": index, "message": message, "finish_reason": finish, "logprobs": None})
         if job.record:
             sampled.append(SampledTokens(
-                prompt_ids=encoded.prompt_ids, completion_ids=row.tokens[:kept], logprobs=row.logprobs[:kept],
+                prompt_ids=list(encoded.prompt_ids), completion_ids=row.tokens[:kept], logprobs=row.logprobs[:kept],
                 forced=row.forced[:kept],
                 temperature=params["temperature"],
                 vision_inputs={k: v.detach().cpu() for k, v in encoded.inputs.items()
