@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from synth_ai.backend.auth import ENV_KEY_NAMES
-
-_SECRET_SUFFIXES = ("_API_KEY", "_API_KEYS", "_TOKEN", "_TOKEN_SECRET", "_SECRET")
+from synth_ai.env.secrets import is_secret_name
 
 
 def job_secrets(kind: str, payload: dict[str, Any], data_dir: Any,
@@ -49,12 +47,6 @@ def job_secrets(kind: str, payload: dict[str, Any], data_dir: Any,
     if judge is not None and (env.get(judge.key_env) or "").strip():  # also used, when set, with an overridden URL
         out[judge.key_env] = env[judge.key_env].strip()
     return out
-
-
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return (name in ENV_KEY_NAMES or upper == "ENVIRONMENT_API_KEY_ALIASES" or upper.startswith("MODAL_TOKEN")
-            or upper.endswith(_SECRET_SUFFIXES))
 
 
 def container_environ(secrets: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
