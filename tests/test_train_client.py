@@ -124,7 +124,7 @@ def test_poll_timeout_ends_with_resume_command(backend: BackendProcess, key_env:
     long = tmp_path / "long.toml"
     long.write_text(CONFIG.read_text().replace("n_epochs = 3", "n_epochs = 400"))
     result = run_cli("train", "--config", str(long), "--dataset", str(DATASET), "--backend", backend.url,
-                     "--poll-interval", "0.1", "--poll-timeout", "0.5")
+                     "--poll-interval", "0.1", "--poll-timeout", "3")  # the deadline also covers the upload
     assert result.exit_code == 7, result.stdout + result.stderr
     assert "--poll-timeout" in result.stderr
     assert "synth-ai jobs events job_" in result.stderr
