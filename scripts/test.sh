@@ -10,4 +10,11 @@ if [ "${SYNTH_SKIP_REFERENCE:-0}" != "1" ]; then
   .venv/bin/python bench/reference_env.py >/dev/null \
     || echo "test.sh: could not build the synth-ai 0.2.17 reference venv; its compatibility tests will skip" >&2
 fi
-exec .venv/bin/python -m pytest "$@"
+# SYNTH_TEST_WORKERS=N runs the suite in N pytest-xdist workers, each taking whole test modules (a module fixture
+# starts one backend). Off by default until a run under it is clean on a quiet machine (docs/decisions.md).
+workers="${SYNTH_TEST_WORKERS:-0}"
+parallel=()
+if [ "$workers" != "0" ]; then
+  parallel=(-n "$workers" --dist loadfile)
+fi
+exec .venv/bin/python -m pytest ${parallel[@]+"${parallel[@]}"} "$@"

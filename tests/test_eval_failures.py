@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -82,10 +83,15 @@ def test_errors_and_timeouts_are_reported_not_scored(cli, isolated_home: Path, m
 def test_ctrl_c_keeps_every_finished_seed(isolated_home: Path) -> None:
     slow_from = 3
 
+    released = threading.Event()  # set once the eval has exited, so the model server can shut down at once
+
     async def policy(body):
         user = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
         if user in slow_problems:
-            await asyncio.sleep(60)
+            for _ in range(600):  # hangs until released (60 s at most)
+                if released.is_set():
+                    break
+                await asyncio.sleep(0.1)
         return answering_policy()(body)
 
     from eval_support import math_rows
@@ -94,18 +100,25 @@ def test_ctrl_c_keeps_every_finished_seed(isolated_home: Path) -> None:
     db = isolated_home / "ctrl-c.db"
     with scripted_model(policy) as (model_url, _):
         config = write_config(isolated_home / "eval.toml", model_url, seeds="0-9", concurrency=1)
-        process = subprocess.Popen([*synth_ai_command(), "eval", "--config", str(config), "--trace-db", str(db)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=isolated_home,
-                                   env=subprocess_env(), stdin=subprocess.DEVNULL)
+        # stderr goes to a file: the test reads the seed lines while the eval runs. The interrupt waits until the
+        # last fast seed is both stored and reported (its trace is written just before its line is printed).
+        err_path = isolated_home / "eval.stderr"
+        with open(err_path, "w") as err:
+            process = subprocess.Popen([*synth_ai_command(), "eval", "--config", str(config), "--trace-db", str(db)],
+                                       stdout=subprocess.PIPE, stderr=err, text=True, cwd=isolated_home,
+                                       env=subprocess_env(), stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and _count(db) < slow_from:
-                assert process.poll() is None, process.communicate()
-                time.sleep(0.1)
+            while time.monotonic() < deadline and not (_count(db) >= slow_from
+                                                       and f"seed={slow_from - 1} " in err_path.read_text()):
+                assert process.poll() is None, (process.communicate(), err_path.read_text())
+                time.sleep(0.05)
             assert _count(db) == slow_from
             process.send_signal(signal.SIGINT)
-            stdout, stderr = process.communicate(timeout=30)
+            stdout, _ = process.communicate(timeout=30)
+            stderr = err_path.read_text()
         finally:
+            released.set()
             if process.poll() is None:
                 process.kill()
                 process.wait()

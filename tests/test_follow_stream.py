@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, serve_backend
+from backend_support import TINY_TEXT, BackendProcess, serve_backend, wait_for
 from conftest import REPO_ROOT, run_cli
 from synth_ai.client.follow_stream import parse_frames
 
@@ -131,7 +131,9 @@ def test_stream_sends_news_as_written_and_heartbeats_between(backend: BackendPro
 
     reader = threading.Thread(target=read)
     reader.start()
-    time.sleep(0.7)  # quiet: only keep-alives
+    # quiet: only keep-alives (waited for, not slept on: a fixed pause saw just one on a loaded machine)
+    wait_for(lambda: [f.kind for f in seen].count("keep-alive") >= 2, timeout=30, interval=0.02,
+             what="two keep-alives")
     store.add_metrics(job_id, [("reward.mean", 0, 0.5, "train")])
     store.transition(job_id, "failed", error="task app went away")
     reader.join(timeout=30)
