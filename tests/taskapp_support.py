@@ -143,6 +143,24 @@ def stop(process: subprocess.Popen) -> str:
     return process.stdout.read() if process.stdout else ""
 
 
+@contextmanager
+def served_app(app_id: str, key: str, *, cwd: Path, isolated: bool = False, **env: str) -> Iterator[str]:
+    """`synth-ai serve <app_id>` in its own process on a free port, with `key` as its ENVIRONMENT_API_KEY (and
+    `env` added); yields its URL once healthy and stops it afterwards."""
+    from conftest import free_port
+
+    port = free_port()
+    process = subprocess.Popen([*synth_ai_command(), "serve", app_id, "--port", str(port)], cwd=cwd,
+                               env=subprocess_env(isolated=isolated, ENVIRONMENT_API_KEY=key, **env),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_health(url, key, process=process)
+        yield url
+    finally:
+        stop(process)
+
+
 def subprocess_env(*, isolated: bool = False, **extra: str) -> dict[str, str]:
     """This process's environment for a child. `isolated` drops the settings tests isolate: a module-scoped
     fixture starts its servers before the per-test isolation applies, so a key or backend URL an earlier

@@ -25,8 +25,7 @@ from backend_support import (
     upload,
     wait_for,
 )
-from conftest import free_port
-from taskapp_support import REPO_ROOT, stop, subprocess_env, synth_ai_command, wait_for_health
+from taskapp_support import REPO_ROOT, served_app, subprocess_env, synth_ai_command
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
@@ -43,16 +42,8 @@ def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 @pytest.fixture
 def color_quiz(tmp_path: Path):
-    port = free_port()
-    process = subprocess.Popen([*synth_ai_command(), "serve", "color-quiz", "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                               env=subprocess_env(ENVIRONMENT_API_KEY=ENV_KEY))
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_health(url, ENV_KEY, process=process)
+    with served_app("color-quiz", ENV_KEY, cwd=tmp_path) as url:
         yield url
-    finally:
-        stop(process)
 
 
 def train(backend: BackendProcess, task_url: str, *extra: str, timeout: float = 600) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,8 @@ from backend_support import (
     upload,
     wait_for,
 )
-from conftest import REPO_ROOT, free_port, run_cli
-from taskapp_support import stop, subprocess_env, synth_ai_command, wait_for_health
+from conftest import REPO_ROOT, run_cli
+from taskapp_support import served_app
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
@@ -51,17 +50,9 @@ def backend(tmp_path_factory: pytest.TempPathFactory):
 
 def _serve(app_id: str, backend: BackendProcess):
     """`synth-ai serve <app_id>` on this machine: it calls the backend's inference with the backend's own key."""
-    port = free_port()
-    process = subprocess.Popen([*synth_ai_command(), "serve", app_id, "--port", str(port)],
-                               cwd=backend.data_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env=subprocess_env(isolated=True, ENVIRONMENT_API_KEY=ENV_KEY,
-                                                  SYNTH_AI_HOME=str(backend.data_dir)), text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_health(url, ENV_KEY, process=process)
+    with served_app(app_id, ENV_KEY, cwd=backend.data_dir.parent, isolated=True,
+                    SYNTH_AI_HOME=str(backend.data_dir)) as url:
         yield url
-    finally:
-        stop(process)
 
 
 @pytest.fixture(scope="module")

@@ -251,20 +251,10 @@ def test_client_leaves_no_secret_in_files_it_writes(backend: BackendProcess, key
 @pytest.fixture(scope="module")
 def math_app():
     """The bundled math task app, served by `synth-ai serve` in its own process with its own key."""
-    import subprocess
+    from taskapp_support import served_app
 
-    from taskapp_support import stop, subprocess_env, synth_ai_command, wait_for_health
-
-    port = free_port()
-    process = subprocess.Popen([*synth_ai_command(), "serve", "math-single-step", "--port", str(port)],
-                               env=subprocess_env(ENVIRONMENT_API_KEY=ENV_KEY), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_health(url, ENV_KEY, process=process)
+    with served_app("math-single-step", ENV_KEY, cwd=REPO_ROOT) as url:
         yield url
-    finally:
-        stop(process)
 
 
 @pytest.fixture
