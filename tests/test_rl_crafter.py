@@ -150,6 +150,6 @@ def test_images_beyond_max_images_per_step_are_dropped_and_counted(store: ModelS
     assert sample.images == 1 and sample.vision_inputs["image_grid_thw"].shape[0] == 1  # the newest frame only
     events: list[tuple[str, dict[str, Any]]] = []
     reporter = SimpleNamespace(event=lambda kind, message, data=None, level="info": events.append((kind, data)))
-    _report_dropped_images(reporter, server, SimpleNamespace(max_images_per_step=1), 0)
+    _report_dropped_images(reporter, server, SimpleNamespace(max_images_per_step=1), 0, SimpleNamespace(enabled=False))
     assert events == [("rl.images.dropped", {"iteration": 0, "images_dropped": 1, "max_images_per_step": 1})]
     assert server.images_dropped == 0  # counted once
