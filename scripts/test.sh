@@ -10,9 +10,12 @@ if [ "${SYNTH_SKIP_REFERENCE:-0}" != "1" ]; then
   .venv/bin/python bench/reference_env.py >/dev/null \
     || echo "test.sh: could not build the synth-ai 0.2.17 reference venv; its compatibility tests will skip" >&2
 fi
-# SYNTH_TEST_WORKERS=N runs the suite in N pytest-xdist workers, each taking whole test modules (a module fixture
-# starts one backend). Off by default until a run under it is clean on a quiet machine (docs/decisions.md).
-workers="${SYNTH_TEST_WORKERS:-0}"
+# The suite runs in SYNTH_TEST_WORKERS pytest-xdist workers (default 2; 0: one process), each taking whole test
+# modules (a module fixture starts one backend). See docs/decisions.md, "Test suite wall time and pytest-xdist".
+workers="${SYNTH_TEST_WORKERS:-2}"
+if [ "$(nproc)" -lt 2 ] && [ -z "${SYNTH_TEST_WORKERS:-}" ]; then
+  workers=0
+fi
 parallel=()
 if [ "$workers" != "0" ]; then
   parallel=(-n "$workers" --dist loadfile)
