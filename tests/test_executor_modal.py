@@ -26,7 +26,7 @@ pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.slow
 
-STEPS = 12
+STEPS = 40  # long enough that the first remote run is still training when it is held
 
 
 def _alive(pid: int) -> bool:
@@ -68,9 +68,16 @@ def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_
     def metric_seen(job_id):
         return api.get(f"/learning/jobs/{job_id}/metrics", params={"name": "train.loss"}).json()["points"]
 
+    def call_of(job_id):
+        return int(json.loads((data / "backend" / "jobs" / job_id / "remote.json").read_text())["call_id"])
+
     try:
-        wait_for(lambda: metric_seen(done_job) and metric_seen(cancel_job), timeout=240, interval=0.3,
-                 what="metrics streamed back from both remote jobs")
+        wait_for(lambda: metric_seen(done_job), timeout=240, interval=0.3, what="metrics from the first remote job")
+        # Hold the first remote run mid-training (the emulated container is that process group) so that it is
+        # still running when the backend dies, however long the second job takes to start.
+        os.killpg(call_of(done_job), signal.SIGSTOP)
+        assert _alive(call_of(done_job)), "the first remote job ended before it could be held"
+        wait_for(lambda: metric_seen(cancel_job), timeout=240, interval=0.3, what="metrics from the second job")
     except AssertionError:
         raise AssertionError(first.log()) from None
     submitted = [e for e in events(api, done_job) if e["type"] == "sft.remote.submitted"]
@@ -79,6 +86,7 @@ def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_
     first.kill(signal.SIGKILL)  # the backend dies while both remote jobs run; they keep running
 
     second = BackendProcess(data, port=first.port, env=env).start()
+    os.killpg(int(call_ids[done_job]), signal.SIGCONT)  # the held run goes on; the new backend reattaches to it
     try:
         api = second.client()
 
