@@ -141,17 +141,26 @@ def test_soak_real_training_succeeds_under_a_20_percent_fault_rate(training_back
     assert figures["correct"] == count, figures["problems"]["wrong_end"]
 
 
-def test_following_outlasts_a_run_of_429s_longer_than_the_transport_retries(backend, tmp_path):
-    """Five 429s in a row exhaust one poll's retries; the follow polls again instead of giving up."""
-    from reliability.faults_flows import dataset_for, open_flow_api, sft_body
+def _cancelled_sft_job(backend, tmp_path, name: str) -> str:
+    """A job that has ended (cancelled before it ran), for follows that must reach its end through faults."""
+    from reliability.faults_flows import dataset_for, sft_body
 
     from backend_support import upload
-    from synth_ai.client.follow import follow_job
 
     with backend.client() as client:
-        file_id = upload(client, dataset_for(tmp_path, "follow-429")).json()["id"]
+        file_id = upload(client, dataset_for(tmp_path, name)).json()["id"]
         job_id = client.post("/learning/jobs", json=sft_body(file_id)).json()["id"]
         client.post(f"/learning/jobs/{job_id}/cancel").raise_for_status()
+    return job_id
+
+
+def test_following_outlasts_a_run_of_429s_longer_than_the_transport_retries(backend, tmp_path):
+    """Five 429s in a row exhaust one poll's retries; the follow polls again instead of giving up."""
+    from reliability.faults_flows import open_flow_api
+
+    from synth_ai.client.follow import follow_job
+
+    job_id = _cancelled_sft_job(backend, tmp_path, "follow-429")
     rules = [FaultRule(r"GET /api/learning/jobs/[^/]+/events", ("status:429",), rate=1.0, limit=5)]
     sleeps: list[float] = []
     with FaultProxy(backend.url, rules) as proxy:
@@ -165,15 +174,11 @@ def test_following_outlasts_a_run_of_429s_longer_than_the_transport_retries(back
 
 def test_the_event_stream_outlasts_a_run_of_429s_like_polling_does(backend, tmp_path):
     """429s on the live stream reconnect (as a poll would try again) instead of ending the follow."""
-    from reliability.faults_flows import dataset_for, open_flow_api, sft_body
+    from reliability.faults_flows import open_flow_api
 
-    from backend_support import upload
     from synth_ai.client.follow import follow_job
 
-    with backend.client() as client:
-        file_id = upload(client, dataset_for(tmp_path, "stream-429")).json()["id"]
-        job_id = client.post("/learning/jobs", json=sft_body(file_id)).json()["id"]
-        client.post(f"/learning/jobs/{job_id}/cancel").raise_for_status()
+    job_id = _cancelled_sft_job(backend, tmp_path, "stream-429")
     rules = [FaultRule(r"GET /api/learning/jobs/[^/]+/events/stream", ("status:429",), rate=1.0, limit=3)]
     with FaultProxy(backend.url, rules) as proxy:
         api = open_flow_api(f"{proxy.url}/api", backend.key, "stream-429", [])
