@@ -264,6 +264,15 @@ def test_invalid_utf8(tmp_path):
     assert lineno == 1 and message.startswith("not valid UTF-8 text")
 
 
+def test_a_number_too_long_for_python_is_a_line_error_not_a_crash(tmp_path):
+    # json.loads raises a plain ValueError past Python's 4,300-digit int limit; it once escaped as an internal error.
+    path = tmp_path / "long-number.jsonl"
+    path.write_text(json.dumps(chat())[:-1] + ', "n": ' + "7" * 5000 + "}\n" + json.dumps(chat()) + "\n")
+    report = validate_jsonl(path)
+    assert errors_of(report) == [(1, "a number has more than 4,300 digits, more than Python decodes (write it as a "
+                                     "string)")]
+    assert report.summary.records == 2
+
 
 def test_json_nested_too_deeply_is_a_line_error(tmp_path):
     deep = b"[" * 200_000 + b"]" * 200_000

@@ -7,10 +7,10 @@ stdout carries only the final document (errors included) and everything else goe
 
 from __future__ import annotations
 
-import json
 import sys
 
 from synth_ai.env.secrets import redact
+from synth_ai.lean_json import dumps as json_text
 
 TYPE_CHECKING = False  # annotations only: `files validate` writes its JSON through here without `typing` loaded
 if TYPE_CHECKING:
@@ -73,16 +73,18 @@ class Output:
     def result(self, data: Any, human: Callable[[Output], None] | None = None) -> None:
         """Emit the command's result: the JSON document, or the human rendering."""
         if self.json_mode:
-            sys.stdout.write(redact(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n")
+            sys.stdout.write(redact(json_text(data)) + "\n")
             sys.stdout.flush()
         elif human is not None:
             human(self)
         else:
+            import json  # ASCII-escaped for terminals; the `--json` path needs no `json` (see lean_json)
+
             self.out.print(redact(json.dumps(data, indent=2, default=str)), markup=False, highlight=False)
 
     def json_block(self, data: Any, *, indent: int = 0) -> None:
         """Pretty JSON inside human output (payload previews), optionally indented under a heading."""
-        text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+        text = json_text(data)
         if indent:
             text = "\n".join(" " * indent + line for line in text.splitlines())
         self.out.print(redact(text), markup=False, highlight=False)
@@ -100,7 +102,7 @@ class Output:
 
     def error(self, err: SynthError) -> None:
         if self.json_mode:
-            sys.stdout.write(redact(json.dumps({"error": err.to_dict()}, indent=2, ensure_ascii=False, default=str)) + "\n")
+            sys.stdout.write(redact(json_text({"error": err.to_dict()})) + "\n")
             sys.stdout.flush()
             return
         self.err.print(redact(f"Error: {err.message}"), style="red", markup=False, highlight=False)

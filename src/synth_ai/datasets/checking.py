@@ -3,7 +3,6 @@ context passed between them, and how a found value is named in a message."""
 
 from __future__ import annotations
 
-import json
 
 from synth_ai.datasets.record_types import RecordOptions, RecordResult
 
@@ -47,5 +46,10 @@ def type_name(value: Any) -> str:
 
 def show_value(value: Any) -> str:
     """A short JSON rendering of a scalar (its type name otherwise), for quoting a wrong value."""
-    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) else type_name(value)
+    if isinstance(value, (str, int, float, bool)):
+        import json  # only for a message: a clean file's check never loads json (see lean_json)
+
+        text = json.dumps(value)
+    else:
+        text = type_name(value)
     return text if len(text) <= 40 else text[:37] + "..."

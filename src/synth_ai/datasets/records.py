@@ -20,7 +20,7 @@ accelerator that vouches for clean records and sends everything else here.
 
 from __future__ import annotations
 
-import json
+import sys
 
 # The rules' shared context and the tool rules live in their own modules; the short aliases keep the rule code
 # below as it was.
@@ -33,6 +33,7 @@ from synth_ai.datasets.image_parts import count_images as _count_images
 from synth_ai.datasets.images import check_image_url
 from synth_ai.datasets.tool_rules import check_tool_call as _check_tool_call
 from synth_ai.datasets.tool_rules import check_tools as _check_tools
+from synth_ai.lean_json import loads as _loads
 
 TYPE_CHECKING = False  # `typing` is not loaded at run time (the `files validate` start-up: see record_types)
 if TYPE_CHECKING:
@@ -60,13 +61,18 @@ __all__ = [
 def check_line(raw: bytes | memoryview, options: RecordOptions) -> RecordResult:
     """Parse one non-blank JSONL line and apply every rule (the full path: all errors and warnings)."""
     try:
-        obj = json.loads(raw if isinstance(raw, bytes) else bytes(raw))
-    except json.JSONDecodeError as exc:
-        return RecordResult(errors=[f"invalid JSON ({exc.msg} at column {exc.colno})"])
+        obj = _loads(raw)
     except UnicodeDecodeError as exc:
         return RecordResult(errors=[f"not valid UTF-8 text ({exc.reason} at byte {exc.start})"])
     except RecursionError:
         return RecordResult(errors=["invalid JSON (arrays or objects nested too deeply to decode)"])
+    except ValueError as exc:  # json's JSONDecodeError, or int() refusing a number's length
+        if hasattr(exc, "colno"):
+            return RecordResult(errors=[f"invalid JSON ({exc.msg} at column {exc.colno})"])
+        if "digits" not in str(exc):
+            return RecordResult(errors=[f"invalid JSON ({exc})"])
+        return RecordResult(errors=[f"a number has more than {sys.get_int_max_str_digits():,} digits, more than "
+                                    "Python decodes (write it as a string)"])
     return check_record(obj, options)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from synth_ai.lean_json import loads as _loads
 
 TYPE_CHECKING = False  # `typing` is not loaded at run time (the `files validate` start-up: see record_types)
 if TYPE_CHECKING:
@@ -33,9 +33,9 @@ def check_tool_call(call: Any, i: int, j: int, ctx: RuleContext) -> dict[str, An
         ctx.res.text_chars += len(arguments)
         if arguments.strip():
             try:
-                arguments = json.loads(arguments)
+                arguments = _loads(arguments)
             except (ValueError, RecursionError) as exc:
-                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                msg = exc.msg if hasattr(exc, "colno") else str(exc)  # json's JSONDecodeError: its bare message
                 ctx.error(f"{where}: arguments string is not valid JSON ({msg})")
                 return None
         else:

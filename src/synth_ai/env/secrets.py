@@ -7,8 +7,10 @@ One helper for one concern: every place that shows a key (CLI output, logs, dry-
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Mapping
+
+TYPE_CHECKING = False  # annotations only: `collections` is not loaded at start-up
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 # Environment variables whose values are credentials.
 SECRET_ENV_NAMES: tuple[str, ...] = (
@@ -30,14 +32,18 @@ SECRET_ENV_NAMES: tuple[str, ...] = (
     "HF_TOKEN",
 )
 
-_SECRET_NAME_PATTERN = re.compile(r"(API_KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+# Words that make any variable a secret, in any case (matched without `re`: the CLI's start-up skips importing it).
+_SECRET_NAME_WORDS = ("api_key", "token", "secret", "password")
 
 # Shorter values are not scrubbed from free text: they would match ordinary words.
 _MIN_REDACT_LENGTH = 8
 
 
 def is_secret_name(name: str) -> bool:
-    return name in SECRET_ENV_NAMES or bool(_SECRET_NAME_PATTERN.search(name))
+    if name in SECRET_ENV_NAMES:
+        return True
+    folded = name.casefold()
+    return any(word in folded for word in _SECRET_NAME_WORDS)
 
 
 def mask_secret(value: str | None) -> str:
