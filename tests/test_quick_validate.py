@@ -122,14 +122,15 @@ def _console(args: list[str], *, typer_only: bool = False, env: dict | None = No
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, env=env)
 
 
-def test_as_a_process_the_short_path_loads_no_typer_rich_json_or_heavy_modules(files):
+@pytest.mark.parametrize("extra", [[], ["--workers", "2"]], ids=["one-process", "forked"])
+def test_as_a_process_the_short_path_loads_no_typer_rich_json_or_heavy_modules(files, extra):
     # json, re and enum cost more start-up than checking a 30 MB file (synth_ai.lean_json says why).
     probe = ("import sys; from synth_ai.cli.main import main; code = main(sys.argv[1:]); "
              "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'typer', 'click', 'rich', 'msgspec', "
              "'dataclasses', 'typing', 'pathlib', 'inspect', 'synth_ai.errors', 'json', 're', 'enum', "
-             "'collections'}); "
+             "'collections', 'multiprocessing', 'pickle', 'signal'}); "
              "print(heavy, file=sys.stderr); sys.exit(code)")
-    done = subprocess.run([sys.executable, "-c", probe, "files", "validate", str(files["good"]), "--json"],
+    done = subprocess.run([sys.executable, "-c", probe, "files", "validate", str(files["good"]), "--json", *extra],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "[]"

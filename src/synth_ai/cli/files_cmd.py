@@ -31,7 +31,7 @@ def _add_validate(group: typer.Typer) -> None:
         sha256: bool = typer.Option(False, "--sha256", help="Also print the file's sha256 (computed in the same "
                                     "pass; `train` always computes it for the upload)."),
         workers: int = typer.Option(0, "--workers", min=0,
-                                    help="Processes for a large file: 0 = one per CPU, 1 = this process only."),
+                                    help="Processes for a large file: 0 = one per idle CPU, 1 = this process only."),
         json_flag: bool = json_option(),
     ) -> None:
         """Check an SFT dataset locally: every record, with line numbers, in one streaming pass.

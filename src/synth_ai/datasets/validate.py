@@ -122,7 +122,7 @@ def validate_jsonl(
     `limit` checks only the first N non-blank records (then `sha256` is None unless the file ended first).
     The first `max_errors` errors (and warnings) are listed with their line numbers; all are counted.
     `sha256=True` hashes the file in the same pass. `workers` > 1 splits a large file across that many processes
-    (forked; Linux only, else one), 0 picks one per CPU; the report is identical either way.
+    (forked; Linux only, else one), 0 picks one per idle CPU (16 MiB per process at least); the report is identical either way.
     Raises `NotFoundError` for a missing file and `InvalidInputError` for an unknown model or bad options;
     a bad dataset is not an exception: look at `report.ok` (or call `ensure_valid`).
     """
@@ -158,18 +158,22 @@ def validate_jsonl(
     return report
 
 
-# Forking and merging cost more than a second core saves below this per process: on the 2-core bench machine a
-# 60 MB and a 240 MB image-heavy file validated faster as one process (bench/README.md, validate).
-_MIN_BYTES_PER_WORKER = 128 << 20
+# Below this per process a second one saves less than forking costs (about 2 ms with the COW faults after it).
+_MIN_BYTES_PER_WORKER = 16 << 20
 
 
 def _worker_count(workers: int, size: int) -> int:
-    """Processes to use: `workers` as asked; 0 = one per CPU (at most 8), for files of 128 MiB per process."""
+    """Processes to use: `workers` as asked; 0 = one per idle CPU (at most 8), for files of 16 MiB per process.
+
+    A CPU counts as idle by the 1-minute load average: on a machine whose cores are all busy a second process only
+    adds its fork to the wall time (measured on the 2-core bench machine under other work; bench/README.md).
+    """
     if workers == 1 or sys.platform != "linux":  # parallel scans fork; elsewhere fork is unsafe or missing
         return 1
     if workers == 0:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, min(cpus, 8, size // _MIN_BYTES_PER_WORKER))
+        idle = cpus - int(os.getloadavg()[0] + 0.5)
+        return max(1, min(idle, 8, size // _MIN_BYTES_PER_WORKER))
     return workers
 
 
