@@ -122,7 +122,8 @@ def validate_jsonl(
     `limit` checks only the first N non-blank records (then `sha256` is None unless the file ended first).
     The first `max_errors` errors (and warnings) are listed with their line numbers; all are counted.
     `sha256=True` hashes the file in the same pass. `workers` > 1 splits a large file across that many processes
-    (forked; Linux only, else one), 0 picks one per idle CPU (16 MiB per process at least); the report is identical either way.
+    (forked; Linux only, else one), 0 picks one per idle CPU (16 MiB per process at least); the report is
+    identical either way.
     Raises `NotFoundError` for a missing file and `InvalidInputError` for an unknown model or bad options;
     a bad dataset is not an exception: look at `report.ok` (or call `ensure_valid`).
     """
