@@ -142,3 +142,44 @@ def _count(db: Path) -> int:
             return conn.execute("SELECT COUNT(*) FROM session_traces").fetchone()[0]
     except sqlite3.OperationalError:  # the schema is being created
         return 0
+
+
+def test_a_seed_interrupted_while_its_session_is_written_counts_as_stored(isolated_home: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C while a session is being written: the write completes (one transaction), so the seed finished and
+    # was stored; the interrupted run's tally must say so. The disk is made slow to hold the write open.
+    import os
+
+    from synth_ai.eval.flow import Hooks, run_eval
+    from synth_ai.eval.settings import EvalOptions
+    from synth_ai.tracing.store import TraceStore
+
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "flaky_task_app.py").write_text(FLAKY_APP)  # seed 0 answers at once
+    monkeypatch.setenv("SYNTH_TASK_APP_SEARCH_PATH", str(apps))
+    writing, release = threading.Event(), threading.Event()
+    real_insert = TraceStore._insert
+
+    def slow_insert(conn, session):  # inside the write's lock and transaction, as a slow disk would be
+        writing.set()
+        release.wait(30)
+        real_insert(conn, session)
+
+    monkeypatch.setattr(TraceStore, "_insert", staticmethod(slow_insert))
+
+    def interrupt_mid_write() -> None:
+        if writing.wait(60):
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; asyncio.run turns it into cancellation
+            time.sleep(0.3)
+        release.set()
+
+    finished = []
+    db = isolated_home / "mid-write.db"
+    options = EvalOptions(app_id="flaky-app", model="m", seeds="0", trace_db=str(db),
+                          backend="http://127.0.0.1:9", concurrency=1)
+    threading.Thread(target=interrupt_mid_write, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(options, Hooks(finished=finished.append))
+    assert [(r.seed, r.status, r.stored) for r in finished] == [(0, "ok", True)]
+    assert sorted(by_seed(db)) == [0]

@@ -74,7 +74,10 @@ def _error_text(response: Any) -> str:
     return redact(f"HTTP {response.status_code}: {text}")[:_ERROR_CHARS]
 
 
-async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any) -> SeedResult:
+async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any,
+                   late: Callable[[SeedResult], None] | None = None) -> SeedResult:
+    """One seed's rollout, scores and stored session. `late` gets the result of a seed interrupted (cancelled)
+    while its session was being written: the write completes anyway, so the seed did finish."""
     import httpx
 
     body = rollout_body(seed=seed, model=spec.model, split=spec.split, cfg=spec.cfg, target=spec.target)
@@ -108,13 +111,25 @@ async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any) -> SeedRes
                               judge_scores=judge_scores,
                               extra={"app_id": spec.app_id, "eval_run_id": spec.eval_run_id,
                                      "run_id": body["run_id"], "source": "synth-ai eval"})
+        write = asyncio.get_running_loop().run_in_executor(None, store.write, session)
         try:
-            await asyncio.to_thread(store.write, session)
+            await asyncio.shield(write)
+        except asyncio.CancelledError:  # Ctrl-C mid-write: the thread still commits the whole session
+            if late is not None:
+                write.add_done_callback(lambda w: _report_late_write(w, result, session.session_id, late))
+            raise
         except (OSError, sqlite3.Error) as exc:  # the rollout ran but is not kept: not a finished seed
             result.status, result.error = ERROR, f"trace not stored in {store.path}: {type(exc).__name__}: {exc}"
             return result
         result.session_id, result.stored = session.session_id, True
     return result
+
+
+def _report_late_write(write: asyncio.Future, result: SeedResult, session_id: str,
+                       late: Callable[[SeedResult], None]) -> None:
+    if not write.cancelled() and write.exception() is None:
+        result.session_id, result.stored = session_id, True
+        late(result)
 
 
 async def _judge(judges: list[Judge], seed: int, facts: Any, data: dict[str, Any]) -> tuple[dict, dict]:
@@ -141,7 +156,7 @@ async def run_all(client: Any, spec: RunSpec, seeds: list[int], store: Any,
     async def worker() -> None:
         while queue:
             position, seed = queue.pop(0)
-            result = await run_seed(client, spec, seed, store)
+            result = await run_seed(client, spec, seed, store, late=on_result)
             results[position] = result
             on_result(result)
 
