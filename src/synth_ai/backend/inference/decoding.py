@@ -5,7 +5,10 @@ one forward with a fresh KV cache), samples their first token, and merges their 
 `step()` feeds every live row its pending token (one forward) and samples its next one. Both return the rows that
 ended (end-of-turn, their own `max_tokens`, or a stop string in their text), which leave the batch at once.
 
-KV cache design: one `DynamicCache` for the whole batch, left-padded. Rows are aligned at the right edge: a row's
+Forwards go through `lean_forward` where the model allows (Qwen3 text decoders: the same numbers without
+`transformers`' per-call overhead), else through the model itself.
+
+KV cache design: one cache for the whole batch (`lean_forward.KVCache`, or a `DynamicCache`), left-padded. Rows are aligned at the right edge: a row's
 cached tokens sit in the last columns, padding (attention mask 0) before them. Merging pads the shorter cache on
 the left (zeros, masked) and concatenates along the batch axis; retiring selects the kept rows and drops the leading
 columns no kept row uses any more, so the cache never grows with the rows that left. Each row carries its own
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from synth_ai.backend.inference.generation import Row, draw
+from synth_ai.backend.inference.lean_forward import KVCache, lean_decoder
 
 
 @dataclass(eq=False)
@@ -63,12 +67,10 @@ class RunningBatch:
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         for live, prompt in zip(rows, prompts):
             self._start_think_count(live, prompt)
-        cache = DynamicCache()
-        with torch.inference_mode():
-            out = loaded.model(input_ids=ids.to(loaded.device), attention_mask=mask.to(loaded.device),
-                               position_ids=positions.to(loaded.device), cache=cache, use_cache=True,
-                               logits_to_keep=1)
-        tokens = self._sample(rows, out.logits[:, -1, :])
+        lean = lean_decoder(loaded.model)
+        cache = lean.new_cache() if lean is not None else DynamicCache()
+        logits = self._forward(ids.to(loaded.device), mask.to(loaded.device), positions.to(loaded.device), cache)
+        tokens = self._sample(rows, logits)
         new_positions = mask.sum(1).to(loaded.device)
         self._merge(rows, cache, mask.to(loaded.device), new_positions, tokens)
         return self._retire()
@@ -93,16 +95,25 @@ class RunningBatch:
         """One token for every live row; the rows that ended (already out of the batch)."""
         import torch
 
-        loaded = self.loaded
         ones = torch.ones((len(self.live), 1), dtype=self.mask.dtype, device=self.mask.device)
         self.mask = torch.cat([self.mask, ones], dim=1)
-        with torch.inference_mode():
-            out = loaded.model(input_ids=self.pending.unsqueeze(1), attention_mask=self.mask,
-                               position_ids=self.positions.unsqueeze(1), cache=self.cache, use_cache=True,
-                               logits_to_keep=1)
+        logits = self._forward(self.pending.unsqueeze(1), self.mask, self.positions.unsqueeze(1), self.cache)
         self.positions = self.positions + 1
-        self.pending = self._sample(self.live, out.logits[:, -1, :])
+        self.pending = self._sample(self.live, logits)
         return self._retire()
+
+    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
+        """Logits at each row's last position; `cache` grows by the new columns."""
+        import torch
+
+        model = self.loaded.model
+        lean = lean_decoder(model)
+        with torch.inference_mode():
+            if lean is not None and isinstance(cache, KVCache):
+                return lean.last_logits(ids, mask, positions, cache)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                        logits_to_keep=1)
+        return out.logits[:, -1, :]
 
     def _sample(self, rows: list[LiveRow], scores: Any) -> Any:
         import torch
