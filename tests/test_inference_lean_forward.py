@@ -1,6 +1,7 @@
 """The running batch's lean forward (`inference.lean_forward`) computes exactly what the `transformers` forward does:
 same last-position logits and same KV cache, bit for bit, through a left-padded prefill and decoding steps, with
-LoRA adapters too; models it does not cover get None (the caller keeps the `transformers` forward)."""
+LoRA adapters too; models it does not cover get None (the caller keeps the `transformers` forward). Rows that share
+a prompt share one prefilled row and still sample what they would alone."""
 
 from __future__ import annotations
 
@@ -83,3 +84,47 @@ def test_models_it_does_not_cover_keep_the_transformers_forward(folder: Any) -> 
 
     assert lean_decoder(_model(folder, attn="eager")) is None
     assert lean_decoder(torch.nn.Linear(2, 2)) is None
+
+
+def test_rows_sharing_a_prompt_share_its_prefill_and_sample_as_alone(folder: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from synth_ai.backend.inference.decoding import LiveRow, RunningBatch
+    from synth_ai.backend.inference.engine import describe_model
+    from synth_ai.backend.inference.generation import Row
+
+    loaded = describe_model("tiny", Path(folder), _model(folder), AutoTokenizer.from_pretrained(str(folder)),
+                            vision=False)
+    seen: list[int] = []
+    forward = RunningBatch._forward
+
+    def counting(self: Any, ids: Any, *args: Any) -> Any:
+        seen.append(int(ids.shape[0]))
+        return forward(self, ids, *args)
+
+    def live(seed: int) -> Any:
+        row = Row(request=0, max_tokens=8, temperature=1.0, top_p=1.0, top_k=0, budget=None, seed=seed)
+        return LiveRow(row=row, owner=None, stops=[],
+                       uniforms=torch.rand(8, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+
+    def run(prompts: list[list[int]], seeds: list[int]) -> list[Any]:
+        rows = [live(seed) for seed in seeds]
+        batch = RunningBatch(loaded)
+        batch.admit(rows, prompts)
+        while len(batch):
+            batch.step()
+        return [(r.row.tokens, r.row.logprobs) for r in rows]
+
+    a, b = [5, 6, 7, 8, 9, 10], [11, 12, 13]
+    with monkeypatch.context() as patch:
+        patch.setattr(RunningBatch, "_forward", counting)
+        together = run([a, a, b, a], [1, 2, 3, 4])
+    assert seen[0] == 2  # one prefilled row per distinct prompt
+    alone = [run([prompt], [seed])[0] for prompt, seed in ((a, 1), (a, 2), (b, 3), (a, 4))]
+    for (tokens, logprobs), (want_tokens, want_logprobs) in zip(together, alone):
+        assert tokens == want_tokens
+        assert logprobs == pytest.approx(want_logprobs, abs=1e-5)
+    assert together[0][0] != together[1][0] or together[0][1] != together[1][1]  # own seeds, own samples

@@ -1,9 +1,10 @@
 """Continuous batching: a running batch of text rows that new requests join, and finished rows leave, between steps.
 
 `RunningBatch(loaded)` holds one model's rows in flight. `admit(rows, prompts)` prefills the new rows (left-padded,
-one forward with a fresh KV cache), samples their first token, and merges their cache into the running one;
-`step()` feeds every live row its pending token (one forward) and samples its next one. Both return the rows that
-ended (end-of-turn, their own `max_tokens`, or a stop string in their text), which leave the batch at once.
+one forward with a fresh KV cache; rows with the same prompt share one prefilled row), samples their first token,
+and merges their cache into the running one; `step()` feeds every live row its pending token (one forward) and
+samples its next one. Both return the rows that ended (end-of-turn, their own `max_tokens`, or a stop string in
+their text), which leave the batch at once.
 
 Forwards go through `lean_forward` where the model allows (Qwen3 text decoders: the same numbers without
 `transformers`' per-call overhead), else through the model itself.
@@ -57,11 +58,15 @@ class RunningBatch:
         from transformers import DynamicCache
 
         loaded = self.loaded
+        # rows with the same prompt (an RL group, a request's `n` choices) share one prefill: the distinct prompts
+        # are run, then each row takes its prompt's cache and logits
+        distinct: dict[tuple[int, ...], int] = {}
+        which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         width = max(len(p) for p in prompts)
         pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else loaded.eos_ids[0]
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):
+        ids = torch.full((len(distinct), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(distinct), width), dtype=torch.long)
+        for i, prompt in enumerate(distinct):
             ids[i, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
             mask[i, width - len(prompt):] = 1
         positions = (mask.cumsum(1) - 1).clamp(min=0)
@@ -69,10 +74,16 @@ class RunningBatch:
             self._start_think_count(live, prompt)
         lean = lean_decoder(loaded.model)
         cache = lean.new_cache() if lean is not None else DynamicCache()
-        logits = self._forward(ids.to(loaded.device), mask.to(loaded.device), positions.to(loaded.device), cache)
+        device = loaded.device
+        logits = self._forward(ids.to(device), mask.to(device), positions.to(device), cache)
+        mask = mask.to(device)
+        if len(distinct) < len(prompts):
+            index = torch.tensor(which, device=device)
+            logits, mask = logits.index_select(0, index), mask.index_select(0, index)
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
         tokens = self._sample(rows, logits)
-        new_positions = mask.sum(1).to(loaded.device)
-        self._merge(rows, cache, mask.to(loaded.device), new_positions, tokens)
+        self._merge(rows, cache, mask, mask.sum(1), tokens)
         return self._retire()
 
     def _merge(self, rows: list[LiveRow], cache: Any, mask: Any, positions: Any, tokens: Any) -> None:
