@@ -9,11 +9,12 @@ their text), which leave the batch at once.
 Forwards go through `lean_forward` where the model allows (Qwen3 text decoders: the same numbers without
 `transformers`' per-call overhead), else through the model itself.
 
-KV cache design: one cache for the whole batch (`lean_forward.KVCache`, or a `DynamicCache`), left-padded. Rows are aligned at the right edge: a row's
-cached tokens sit in the last columns, padding (attention mask 0) before them. Merging pads the shorter cache on
-the left (zeros, masked) and concatenates along the batch axis; retiring selects the kept rows and drops the leading
-columns no kept row uses any more, so the cache never grows with the rows that left. Each row carries its own
-position counter (positions count its real tokens only), so a row computes what it would alone; padding is masked.
+KV cache design: one cache for the whole batch (`lean_forward.KVCache`, or a `DynamicCache`), left-padded. Rows are
+aligned at the right edge: a row's cached tokens sit in the last columns, padding (attention mask 0) before them.
+Merging pads the shorter cache on the left (zeros, masked) and concatenates along the batch axis; retiring selects
+the kept rows and drops the leading columns no kept row uses any more, so the cache never grows with the rows that
+left. Each row carries its own position counter (positions count its real tokens only), so a row computes what it
+would alone; padding is masked.
 
 Sampling is `generation.draw` with each row's own uniforms (from its own seeded generator, indexed by the row's
 own step), temperature, top-k and top-p; a row samples the same tokens whatever batch it is in. The thinking budget
@@ -33,7 +34,7 @@ from synth_ai.backend.inference.lean_forward import KVCache, lean_decoder
 class LiveRow:
     row: Row
     owner: Any  # the batcher's job this row belongs to
-    uniforms: Any  # float64 tensor (max_tokens,): the row's draws, one per step
+    uniforms: Any  # the row's draws, one per step: float64 values (a list, or a tensor (max_tokens,))
     stops: list[str]
     think_open: bool = False  # inside a <think> block (for the budget)
     think_count: int = 0  # tokens since that block opened
@@ -137,7 +138,9 @@ class RunningBatch:
             scores = scores.clone()
             scores[forced, :] = float("-inf")
             scores[forced, close] = 0.0
-        uniforms = torch.stack([live.uniforms[len(live.row.tokens)] for live in rows]).to(device)
+        # one tensor from Python floats (exact for float64), not one indexing op per row
+        uniforms = torch.tensor([float(live.uniforms[len(live.row.tokens)]) for live in rows], dtype=torch.float64,
+                                device=device)
         picked, logp = draw(scores, temperature=[live.row.temperature for live in rows],
                             top_k=[live.row.top_k for live in rows], top_p=[live.row.top_p for live in rows],
                             uniforms=uniforms)

@@ -227,7 +227,7 @@ def draw(scores: Any, temperature: list[float], top_k: list[int], top_p: list[fl
     cdf = dist.double().exp().cumsum(dim=-1)
     target = (uniforms * cdf[:, -1]).unsqueeze(1)
     drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=scores.shape[1] - 1)
-    picked = torch.where(greedy, scores.argmax(dim=-1), drawn)
+    picked = torch.where(greedy, scores.argmax(dim=-1), drawn) if bool(greedy.any()) else drawn
     return picked, full.gather(1, picked.unsqueeze(1)).squeeze(1)
 
 
