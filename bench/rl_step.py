@@ -257,6 +257,8 @@ def main() -> None:
             if result.get("split"):  # where our time goes: rollouts (generation + task app) vs the GSPO update
                 print("           rollouts / update s: " + ", ".join(f"{r}/{t}" for r, t in result["split"]),
                       flush=True)
+                print("           trainer process CPU s per iteration: "
+                      + ", ".join(f"{c:.3f}" for c in result["cpu"]), flush=True)
     x, y = statistics.median(ours), statistics.median(base)
     print("reproduce: .venv/bin/python bench/rl_step.py "
           f"--runs {args.runs} --iterations {args.iterations} --batch {args.batch} --group {args.group} "
