@@ -123,7 +123,7 @@ def run_ours(iterations: int, batch: int, group: int, things: int, in_process: b
     class Reporter:
         def event(self, type, message, data=None, level="info"):  # noqa: A002
             if type == "rl.train.step":
-                steps.append((time.perf_counter(), data or {}))
+                steps.append((time.perf_counter(), data or {}, time.process_time()))
 
         def metric(self, name, step, value, phase="train"):
             pass
@@ -138,7 +138,9 @@ def run_ours(iterations: int, batch: int, group: int, things: int, in_process: b
     gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
     rewards = [s[1].get("reward_mean") for s in steps]
     split = [(s[1].get("rollout_s"), s[1].get("train_s")) for s in steps[1:]]
-    return {"seconds": gaps, "rewards": rewards, "split": split}
+    losses = [s[1].get("loss") for s in steps]
+    cpu = [b[2] - a[2] for a, b in zip(steps, steps[1:])]  # this process's CPU seconds (all its threads)
+    return {"seconds": gaps, "rewards": rewards, "split": split, "losses": losses, "cpu": cpu}
 
 
 def run_trl(iterations: int, batch: int, group: int, things: int) -> dict:
@@ -255,6 +257,8 @@ def main() -> None:
             if result.get("split"):  # where our time goes: rollouts (generation + task app) vs the GSPO update
                 print("           rollouts / update s: " + ", ".join(f"{r}/{t}" for r, t in result["split"]),
                       flush=True)
+                print("           trainer process CPU s per iteration: "
+                      + ", ".join(f"{c:.3f}" for c in result["cpu"]), flush=True)
     x, y = statistics.median(ours), statistics.median(base)
     print("reproduce: .venv/bin/python bench/rl_step.py "
           f"--runs {args.runs} --iterations {args.iterations} --batch {args.batch} --group {args.group} "

@@ -1,15 +1,20 @@
 """Continuous batching: a running batch of text rows that new requests join, and finished rows leave, between steps.
 
 `RunningBatch(loaded)` holds one model's rows in flight. `admit(rows, prompts)` prefills the new rows (left-padded,
-one forward with a fresh KV cache), samples their first token, and merges their cache into the running one;
-`step()` feeds every live row its pending token (one forward) and samples its next one. Both return the rows that
-ended (end-of-turn, their own `max_tokens`, or a stop string in their text), which leave the batch at once.
+one forward with a fresh KV cache; rows with the same prompt share one prefilled row), samples their first token,
+and merges their cache into the running one; `step()` feeds every live row its pending token (one forward) and
+samples its next one. Both return the rows that ended (end-of-turn, their own `max_tokens`, or a stop string in
+their text), which leave the batch at once.
 
-KV cache design: one `DynamicCache` for the whole batch, left-padded. Rows are aligned at the right edge: a row's
-cached tokens sit in the last columns, padding (attention mask 0) before them. Merging pads the shorter cache on
-the left (zeros, masked) and concatenates along the batch axis; retiring selects the kept rows and drops the leading
-columns no kept row uses any more, so the cache never grows with the rows that left. Each row carries its own
-position counter (positions count its real tokens only), so a row computes what it would alone; padding is masked.
+Forwards go through `lean_forward` where the model allows (Qwen3 text decoders: the same numbers without
+`transformers`' per-call overhead), else through the model itself.
+
+KV cache design: one cache for the whole batch (`lean_forward.KVCache`, or a `DynamicCache`), left-padded. Rows are
+aligned at the right edge: a row's cached tokens sit in the last columns, padding (attention mask 0) before them.
+Merging pads the shorter cache on the left (zeros, masked) and concatenates along the batch axis; retiring selects
+the kept rows and drops the leading columns no kept row uses any more, so the cache never grows with the rows that
+left. Each row carries its own position counter (positions count its real tokens only), so a row computes what it
+would alone; padding is masked.
 
 Sampling is `generation.draw` with each row's own uniforms (from its own seeded generator, indexed by the row's
 own step), temperature, top-k and top-p; a row samples the same tokens whatever batch it is in. The thinking budget
@@ -22,13 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from synth_ai.backend.inference.generation import Row, draw
+from synth_ai.backend.inference.lean_forward import KVCache, lean_decoder
 
 
 @dataclass(eq=False)
 class LiveRow:
     row: Row
     owner: Any  # the batcher's job this row belongs to
-    uniforms: Any  # float64 tensor (max_tokens,): the row's draws, one per step
+    uniforms: Any  # the row's draws, one per step: float64 values (a list, or a tensor (max_tokens,))
     stops: list[str]
     think_open: bool = False  # inside a <think> block (for the budget)
     think_count: int = 0  # tokens since that block opened
@@ -53,24 +59,32 @@ class RunningBatch:
         from transformers import DynamicCache
 
         loaded = self.loaded
+        # rows with the same prompt (an RL group, a request's `n` choices) share one prefill: the distinct prompts
+        # are run, then each row takes its prompt's cache and logits
+        distinct: dict[tuple[int, ...], int] = {}
+        which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         width = max(len(p) for p in prompts)
         pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else loaded.eos_ids[0]
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):
+        ids = torch.full((len(distinct), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(distinct), width), dtype=torch.long)
+        for i, prompt in enumerate(distinct):
             ids[i, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
             mask[i, width - len(prompt):] = 1
         positions = (mask.cumsum(1) - 1).clamp(min=0)
         for live, prompt in zip(rows, prompts):
             self._start_think_count(live, prompt)
-        cache = DynamicCache()
-        with torch.inference_mode():
-            out = loaded.model(input_ids=ids.to(loaded.device), attention_mask=mask.to(loaded.device),
-                               position_ids=positions.to(loaded.device), cache=cache, use_cache=True,
-                               logits_to_keep=1)
-        tokens = self._sample(rows, out.logits[:, -1, :])
-        new_positions = mask.sum(1).to(loaded.device)
-        self._merge(rows, cache, mask.to(loaded.device), new_positions, tokens)
+        lean = lean_decoder(loaded.model)
+        cache = lean.new_cache() if lean is not None else DynamicCache()
+        device = loaded.device
+        logits = self._forward(ids.to(device), mask.to(device), positions.to(device), cache)
+        mask = mask.to(device)
+        if len(distinct) < len(prompts):
+            index = torch.tensor(which, device=device)
+            logits, mask = logits.index_select(0, index), mask.index_select(0, index)
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
+        tokens = self._sample(rows, logits)
+        self._merge(rows, cache, mask, mask.sum(1), tokens)
         return self._retire()
 
     def _merge(self, rows: list[LiveRow], cache: Any, mask: Any, positions: Any, tokens: Any) -> None:
@@ -93,16 +107,25 @@ class RunningBatch:
         """One token for every live row; the rows that ended (already out of the batch)."""
         import torch
 
-        loaded = self.loaded
         ones = torch.ones((len(self.live), 1), dtype=self.mask.dtype, device=self.mask.device)
         self.mask = torch.cat([self.mask, ones], dim=1)
-        with torch.inference_mode():
-            out = loaded.model(input_ids=self.pending.unsqueeze(1), attention_mask=self.mask,
-                               position_ids=self.positions.unsqueeze(1), cache=self.cache, use_cache=True,
-                               logits_to_keep=1)
+        logits = self._forward(self.pending.unsqueeze(1), self.mask, self.positions.unsqueeze(1), self.cache)
         self.positions = self.positions + 1
-        self.pending = self._sample(self.live, out.logits[:, -1, :])
+        self.pending = self._sample(self.live, logits)
         return self._retire()
+
+    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
+        """Logits at each row's last position; `cache` grows by the new columns."""
+        import torch
+
+        model = self.loaded.model
+        lean = lean_decoder(model)
+        with torch.inference_mode():
+            if lean is not None and isinstance(cache, KVCache):
+                return lean.last_logits(ids, mask, positions, cache)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                        logits_to_keep=1)
+        return out.logits[:, -1, :]
 
     def _sample(self, rows: list[LiveRow], scores: Any) -> Any:
         import torch
@@ -115,7 +138,9 @@ class RunningBatch:
             scores = scores.clone()
             scores[forced, :] = float("-inf")
             scores[forced, close] = 0.0
-        uniforms = torch.stack([live.uniforms[len(live.row.tokens)] for live in rows]).to(device)
+        # one tensor from Python floats (exact for float64), not one indexing op per row
+        uniforms = torch.tensor([float(live.uniforms[len(live.row.tokens)]) for live in rows], dtype=torch.float64,
+                                device=device)
         picked, logp = draw(scores, temperature=[live.row.temperature for live in rows],
                             top_k=[live.row.top_k for live in rows], top_p=[live.row.top_p for live in rows],
                             uniforms=uniforms)

@@ -220,13 +220,15 @@ def draw(scores: Any, temperature: list[float], top_k: list[int], top_p: list[fl
     top_k = [0 if t == 0 else k for t, k in zip(temperature, top_k)]
     top_p = [1.0 if t == 0 else p for t, p in zip(temperature, top_p)]
     scores = scores.float()
-    scaled = scores / temp
-    dist = torch.log_softmax(_warp(scaled, top_k, top_p), dim=-1)
+    scaled = scores if all(t in (0, 1) for t in temperature) else scores / temp  # x / 1 is x: skip the op
+    full = torch.log_softmax(scaled, dim=-1)
+    warped = _warp(scaled, top_k, top_p)
+    dist = full if warped is scaled else torch.log_softmax(warped, dim=-1)  # no top-k / top-p: the same values
     cdf = dist.double().exp().cumsum(dim=-1)
     target = (uniforms * cdf[:, -1]).unsqueeze(1)
     drawn = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp(max=scores.shape[1] - 1)
-    picked = torch.where(greedy, scores.argmax(dim=-1), drawn)
-    return picked, torch.log_softmax(scaled, dim=-1).gather(1, picked.unsqueeze(1)).squeeze(1)
+    picked = torch.where(greedy, scores.argmax(dim=-1), drawn) if bool(greedy.any()) else drawn
+    return picked, full.gather(1, picked.unsqueeze(1)).squeeze(1)
 
 
 def _warp(logits: Any, top_k: list[int], top_p: list[float]) -> Any:

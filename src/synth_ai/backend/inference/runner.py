@@ -53,7 +53,7 @@ class BatchRunner:
             job.sampled = generation.rows_for(0, job.params)
             job.rows_left = len(job.sampled)
             for row in job.sampled:
-                lives.append(LiveRow(row=row, owner=job, uniforms=_uniforms(row), stops=job.params["stop"]))
+                lives.append(LiveRow(row=row, owner=job, uniforms=_uniforms(row).tolist(), stops=job.params["stop"]))
                 prompts.append(job.encoded.prompt_ids)
         if not lives:
             return batch, finished

@@ -39,26 +39,26 @@ def collate(samples: list[Sample], pad_id: int, device: str) -> dict[str, Any]:
 
     width = max(s.length for s in samples)
     completion = max(len(s.completion_ids) for s in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(samples), width), dtype=torch.long)
-    targets = torch.zeros((len(samples), completion), dtype=torch.long)
-    positions = torch.zeros((len(samples), completion), dtype=torch.long)  # where each target is predicted
-    old = torch.zeros((len(samples), completion), dtype=torch.float32)
-    mask = torch.zeros((len(samples), completion), dtype=torch.float32)
-    for row, s in enumerate(samples):
+    # built as Python lists and converted once (a tensor per row and field costs more than the rest together)
+    ids, attention, targets, positions, old, mask = [], [], [], [], [], []
+    for s in samples:
         tokens = s.prompt_ids + s.completion_ids
-        ids[row, :len(tokens)] = torch.tensor(tokens)
-        attention[row, :len(tokens)] = 1
-        n = len(s.completion_ids)
-        targets[row, :n] = torch.tensor(s.completion_ids)
-        positions[row, :n] = torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + n)
-        old[row, :n] = torch.tensor(s.old_logprobs[:n], dtype=torch.float32)
-        mask[row, :n] = 1.0
-        for i, forced in enumerate(s.forced[:n]):  # forced by the engine, not sampled: context, not trained
-            if forced:
-                mask[row, i] = 0.0
-    batch = {"input_ids": ids, "attention_mask": attention, "targets": targets, "positions": positions,
-             "old_logprobs": old, "mask": mask,
+        n, rest = len(s.completion_ids), completion - len(s.completion_ids)
+        ids.append(tokens + [pad_id] * (width - len(tokens)))
+        attention.append([1] * len(tokens) + [0] * (width - len(tokens)))
+        targets.append(list(s.completion_ids) + [0] * rest)
+        start = len(s.prompt_ids) - 1  # where each target is predicted
+        positions.append(list(range(start, start + n)) + [0] * rest)
+        old.append(list(s.old_logprobs[:n]) + [0.0] * (completion - len(s.old_logprobs[:n])))
+        forced = list(s.forced[:n]) + [False] * (n - len(s.forced[:n]))
+        # forced by the engine, not sampled: context, not trained
+        mask.append([0.0 if f else 1.0 for f in forced] + [0.0] * rest)
+    batch = {"input_ids": torch.tensor(ids, dtype=torch.long),
+             "attention_mask": torch.tensor(attention, dtype=torch.long),
+             "targets": torch.tensor(targets, dtype=torch.long),
+             "positions": torch.tensor(positions, dtype=torch.long),
+             "old_logprobs": torch.tensor(old, dtype=torch.float32),
+             "mask": torch.tensor(mask, dtype=torch.float32),
              "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
              "temperature": torch.tensor([s.temperature for s in samples], dtype=torch.float32)}
     if len(samples) == 1 and samples[0].vision_inputs:
@@ -85,8 +85,11 @@ def completion_logprobs(decoder: Any, lm_head: Any, batch: dict[str, Any], *, im
         rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1).expand_as(batch["positions"])
         picked = hidden[rows[selected], batch["positions"][selected]]
         logits = lm_head(picked).float()
-    temperature = batch["temperature"].unsqueeze(1).expand_as(batch["positions"])[selected]
-    logp = torch.log_softmax(logits / temperature.unsqueeze(1), dim=-1)
+    if not bool((batch["temperature"] != 1.0).any()):  # dividing by 1 changes nothing: skip it (and its backward)
+        logp = torch.log_softmax(logits, dim=-1)
+    else:
+        temperature = batch["temperature"].unsqueeze(1).expand_as(batch["positions"])[selected]
+        logp = torch.log_softmax(logits / temperature.unsqueeze(1), dim=-1)
     values = logp.gather(-1, batch["targets"][selected].unsqueeze(1)).squeeze(1)
     out = torch.zeros_like(batch["old_logprobs"])
     out[selected] = values

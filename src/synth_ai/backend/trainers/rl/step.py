@@ -129,7 +129,8 @@ class GSPOTrainer:
         self.trainable_count = sum(p.numel() for p in self.trainable.values())
         self.decoder, self.lm_head = loading.core_parts(model)
         self.optimizer = torch.optim.AdamW(list(self.trainable.values()), lr=settings.learning_rate,
-                                           betas=(0.9, 0.999), eps=1e-8, weight_decay=settings.weight_decay)
+                                           betas=(0.9, 0.999), eps=1e-8, weight_decay=settings.weight_decay,
+                                           foreach=True)  # one op per kind for all tensors: same values
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda _step: 1.0)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.image_pad = loading.special_token_id(self.tokenizer, "<|image_pad|>") if self.vision else None
