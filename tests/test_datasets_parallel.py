@@ -117,7 +117,9 @@ def test_the_default_uses_idle_cpus_only_and_big_enough_parts(monkeypatch):
     assert _worker_count(0, 40 << 20) == 2  # 16 MiB per process at least
     assert _worker_count(0, 10 << 20) == 1
     monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
-    assert _worker_count(0, 200 << 20) == 1  # three of four CPUs busy
+    assert _worker_count(0, 200 << 20) == 2  # two of four CPUs busy, a third partly
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.2, 0.0, 0.0))
+    assert _worker_count(0, 200 << 20) == 1
     monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 0.0, 0.0))
     assert _worker_count(0, 200 << 20) == 1
     assert _worker_count(3, 1) == 3 and _worker_count(1, 200 << 20) == 1  # asked for: as asked

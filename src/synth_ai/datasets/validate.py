@@ -173,7 +173,7 @@ def _worker_count(workers: int, size: int) -> int:
         return 1
     if workers == 0:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        idle = cpus - int(os.getloadavg()[0] + 0.5)
+        idle = cpus - int(os.getloadavg()[0])  # CPUs a whole process's worth of load does not occupy
         return max(1, min(idle, 8, size // _MIN_BYTES_PER_WORKER))
     return workers
 
