@@ -10,6 +10,10 @@ arrival while requests keep coming, at most `GATHER_CAP` long windows in all). A
 images, and every job on a vision model, runs alone (one `generate`) when it reaches the front of the queue, between
 two steps of the running batch; jobs behind it wait their turn (first come, first served, no starvation).
 
+Holding: between `hold()` and `release()` no generation starts (nor joins the running batch); jobs queue, already
+tokenised. The RL loop holds its policy while the optimiser rewrites the weights the batch would read, and sends the
+next iteration's rollouts meanwhile (`trainers/rl/prefetch.py`); on release they prefill together.
+
 Back-pressure: at most `max_queue` jobs wait (jobs in the running batch are not waiting); one more raises
 `RateLimitError` (the HTTP layers answer 429 with `Retry-After`) instead of queueing without bound.
 
@@ -94,6 +98,17 @@ class Batcher:
         self.steps = 0
         self._peak = 0  # the most rows the current (or last) batch held
         self._arrived = 0.0  # when the latest job was submitted (monotonic)
+        self._held = False
+
+    def hold(self) -> None:
+        """Start no generation until `release()` (see the module doc)."""
+        with self._cond:
+            self._held = True
+
+    def release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
 
     def submit(self, job: Job) -> Any:
         with self._cond:
@@ -148,7 +163,7 @@ class Batcher:
         running = batch is not None and len(batch) > 0
         with self._cond:
             if not running:
-                while not self._waiting:
+                while not self._waiting or self._held:
                     self._cond.wait()
                 first = self._waiting[0]
                 if not first.batchable():
@@ -168,6 +183,8 @@ class Batcher:
                     if left <= 0:
                         break
                     self._cond.wait(left)
+                if self._held:  # held during the window: wait again (the loop comes back here)
+                    return []
                 self._peak = 0
                 jobs, rows = [self._waiting.popleft()], first.rows
                 for job in list(self._waiting):  # compatible jobs anywhere in the queue start with it
@@ -176,6 +193,8 @@ class Batcher:
                         jobs.append(job)
                         rows += job.rows
                 return jobs
+            if self._held:
+                return []  # the running batch (a straggler's calls) decodes on; nothing new starts
             if self._waiting and not self._waiting[0].batchable():
                 return [self._waiting.popleft()]  # runs alone between two steps
             jobs, rows = [], len(batch)

@@ -5,7 +5,8 @@ The RL trainer talks to a `RolloutEngine` only: `start()` gives the chat-complet
 log-probs) and settles the cid: calls that arrive for it later (a timed-out attempt's task app still running
 its episode) are answered but not recorded, so nothing is left behind; `sync_weights()` makes the trainer's
 latest weights the ones task apps see. A faster engine (vLLM) implements the same four methods and the trainer
-does not change.
+does not change. Both engines here also offer `hold()` / `release()`: calls are taken and queued but nothing is
+sampled in between (the RL loop's rollout prefetch, `trainers/rl/prefetch.py`).
 
 `LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process
 (stdlib threads, one per connection, with `lean_http`'s request parsing),
@@ -121,6 +122,12 @@ class LocalPolicyServer:
 
         with self.engine._generate_lock, torch.no_grad():  # no generation sees half-copied weights
             self.served.model.load_state_dict(self.trainer_model.state_dict())
+
+    def hold(self) -> None:
+        self.engine.batcher.hold()
+
+    def release(self) -> None:
+        self.engine.batcher.release()
 
     def take_calls(self, cid: str) -> list[RecordedCall]:
         with self._lock:

@@ -41,16 +41,27 @@ def run_rollouts(runner: Any, jobs: list[tuple[int, int, str]], dp: DataParallel
                  extra_policy: dict[str, Any] | None = None) -> list[Rollout]:
     """Every rollout of `jobs`, in their order, on every rank; this rank ran its share. RolloutsStopped on every
     rank when any rank was stopped."""
+    return combine_rollouts(jobs, dp, *run_local_share(runner, jobs, dp, mode=mode, extra_policy=extra_policy))
+
+
+def run_local_share(runner: Any, jobs: list[tuple[int, int, str]], dp: DataParallel, *, mode: str,
+                    extra_policy: dict[str, Any] | None = None) -> tuple[list[Rollout], bool]:
+    """This rank's share of `jobs` run (no collective call: any thread may run it), and whether it was stopped.
+    Outside torchrun a stop raises RolloutsStopped at once."""
     if not dp.enabled:
-        return runner.run(jobs, mode=mode, extra_policy=extra_policy)
+        return runner.run(jobs, mode=mode, extra_policy=extra_policy), False
     mine = local_jobs(jobs, dp)
-    stopped = False
-    results: list[Rollout] = []
     try:
-        if mine:
-            results = runner.run(mine, mode=mode, extra_policy=extra_policy)
+        return (runner.run(mine, mode=mode, extra_policy=extra_policy) if mine else []), False
     except RolloutsStopped:
-        stopped = True
+        return [], True
+
+
+def combine_rollouts(jobs: list[tuple[int, int, str]], dp: DataParallel, results: list[Rollout],
+                     stopped: bool) -> list[Rollout]:
+    """Every rank's share of `jobs` in their order (one all-gather, from the loop's thread)."""
+    if not dp.enabled:
+        return results
     if dp.any(stopped):
         raise RolloutsStopped()
     by_cid = {r.cid: r for part in gather(dp, results) for r in part}

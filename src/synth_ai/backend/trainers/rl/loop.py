@@ -3,7 +3,9 @@
 Per iteration: `batch_size` seeds x `group_size` rollouts against the task app through the rollout engine (the
 policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the recorded tokens, weight sync every
 `weight_sync_interval` iterations, evaluation every `[evaluation].every_n_iters`, a checkpoint every
-`checkpoint_interval`. Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
+`checkpoint_interval`. While an iteration updates, the next one's rollouts are already sent to the task app
+against a held engine (`rl.prefetch`: the task app's own work overlaps the update; nothing is sampled before the
+weights are in place). Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
 `rl.images.dropped`, `rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the
 job's terminal events belong to the worker. Under torchrun every rank runs this loop on its share of the groups
 (`rl.data_parallel`); rank 0 alone reports, checkpoints and saves the final model.
@@ -20,6 +22,7 @@ from typing import Any
 from synth_ai.backend.trainers import distributed
 from synth_ai.backend.trainers.rl.data_parallel import from_main, place_rank, run_rollouts, sum_values
 from synth_ai.backend.trainers.rl.judge import Judge, require_judge_key, task_app_rubrics
+from synth_ai.backend.trainers.rl.prefetch import Prefetch, prefetch_allowed
 from synth_ai.backend.trainers.rl.reward_report import judge_rollouts as _judge
 from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_config
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
@@ -99,6 +102,8 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     failed_in_a_row = 0
     last_eval: float | None = state.get("last_eval")
     current = start
+    prefetched: Prefetch | None = None  # the next iteration's rollouts, sent during this iteration's update
+    update_s: float | None = None
     try:
         for it in range(start, settings.iterations):
             current = it
@@ -107,8 +112,12 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
             evaluated = None
             if settings.eval_every and it % settings.eval_every == 0:
                 last_eval = evaluated = _evaluate(runner, settings, reporter, it, dp)
-            started = time.perf_counter()
-            rollouts = run_rollouts(runner, iteration_jobs(settings, it), dp, mode="rl")
+            started = time.perf_counter()  # with a prefetch, the wait left after the update (it is released)
+            overlapped_s = prefetched.overlapped_s if prefetched is not None else 0.0
+            if prefetched is not None:
+                rollouts, prefetched = prefetched.result(), None
+            else:
+                rollouts = run_rollouts(runner, iteration_jobs(settings, it), dp, mode="rl")
             rollout_s = time.perf_counter() - started
             _report_dropped_images(reporter, engine, settings, it, dp)
             failed = [r for r in rollouts if not r.ok]
@@ -129,12 +138,20 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                 rollouts, judged = from_main(dp, (rollouts, _judge(judge, rollouts, reporter, it) if dp.main
                                                   else None))
             samples, counts = build_samples(rollouts, settings)
+            if samples and prefetch_allowed(settings, engine, next_iteration=it + 1, last_update_s=update_s) \
+                    and not should_stop():
+                prefetched = Prefetch(runner, engine, iteration_jobs(settings, it + 1), dp, mode="rl")
             t_train = time.perf_counter()
             stats = trainer.train(samples) if samples else None
             train_s = time.perf_counter() - t_train
+            if stats is not None:
+                update_s = train_s
             if (it + 1) % settings.weight_sync_interval == 0:
                 engine.sync_weights()
+            if prefetched is not None:
+                prefetched.release()  # the next rollouts sample from the weights just synced
             record = _iteration_record(it, rollouts, counts, stats, rollout_s, train_s)
+            record["rollouts_overlapped_s"] = round(overlapped_s, 3)
             record.update(reward_extras(settings, rollouts, judged))
             history.append(record)
             _report_step(reporter, settings, record, evaluated)
@@ -149,6 +166,8 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     except RolloutsStopped:
         _stop(trainer, reporter, current, start, history, last_eval)
     finally:
+        if prefetched is not None:
+            prefetched.cancel()
         engine.stop()
 
     if not dp.main:  # rank 0 saves and registers the model; the other ranks hold the same weights

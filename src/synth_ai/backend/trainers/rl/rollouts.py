@@ -97,6 +97,15 @@ class RolloutRunner:
         self.should_stop = should_stop
         self.policy_url = policy_url(engine)  # loopback, or a tunnel when the job runs on Modal
         self._client: TaskAppClient | None = None  # kept across iterations where it can be (its connections)
+        self._abandoned = False
+
+    def abandon(self) -> None:
+        """The run in flight (a prefetch, in another thread) cancels its rollouts at its next poll, and this runner
+        starts no more."""
+        self._abandoned = True
+
+    def _stopping(self) -> bool:
+        return self._abandoned or self.should_stop()
 
     def run(self, jobs: list[tuple[int, int, str]], *, mode: str, extra_policy: dict[str, Any] | None = None
             ) -> list[Rollout]:
@@ -116,7 +125,7 @@ class RolloutRunner:
             pending = set(tasks)
             while pending:
                 _done, pending = await asyncio.wait(pending, timeout=STOP_POLL_S)
-                if pending and self.should_stop():
+                if pending and self._stopping():
                     for task in pending:
                         task.cancel()
                     await asyncio.gather(*pending, return_exceptions=True)
@@ -158,7 +167,7 @@ class RolloutRunner:
                                                        "(with its ?cid=)", "no_calls")
                     result.reward = None
                 return result
-            if not retry or attempt >= self.settings.rollout_retries or self.should_stop():
+            if not retry or attempt >= self.settings.rollout_retries or self._stopping():
                 break
             await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
         result.reward = None
