@@ -6,7 +6,9 @@ per forward whatever the batch. This pass calls the model's own modules (project
 embedding: LoRA layers and weight updates are seen as they are) and `transformers`' own SDPA attention function,
 in the order `Qwen3Model.forward` does, so it computes the same numbers; what it leaves out is the plumbing. It
 builds the same boolean mask `transformers` would (none where no row is padded) and returns the logits of each
-row's last position only (what the sampler reads).
+row's last position only (what the sampler reads). Plain linear layers, the SiLU and (in float32) Qwen3's RMS norms are
+called as their kernels, looked up once per model, without `nn.Module.__call__`: the same operations, so the same
+bits, at less CPU per step (a LoRA layer or a hooked module is still called as a module).
 
 `lean_decoder(model)` gives one per model (None when the model is not a plain Qwen3 text decoder with SDPA
 attention: the caller keeps the `transformers` forward). The KV cache is a `KVCache`: per layer, `keys` / `values`
@@ -45,8 +47,9 @@ def lean_decoder(model: Any) -> LeanDecoder | None:
 
 class LeanDecoder:
     def __init__(self, inner: Any, lm_head: Any, attention: Any, rotary: Any) -> None:
-        self.inner, self.lm_head, self.attention, self.apply_rotary = inner, lm_head, attention, rotary
-        self.layers = list(inner.layers)
+        self.inner, self.attention, self.apply_rotary = inner, attention, rotary
+        self.layers = [_LayerCalls.of(layer) for layer in inner.layers]
+        self.final_norm, self.lm_head = _norm_call(inner.norm), _linear_call(lm_head)
 
     @classmethod
     def build(cls, model: Any) -> LeanDecoder | None:
@@ -86,22 +89,86 @@ class LeanDecoder:
         hidden = self.inner.embed_tokens(ids)
         cos, sin = self.inner.rotary_emb(hidden, positions)
         for layer, kv in zip(self.layers, cache.layers):
-            attn = layer.self_attn
+            attn = layer.attn
             shape = (rows, new, -1, attn.head_dim)
             residual = hidden
-            x = layer.input_layernorm(hidden)
-            q = attn.q_norm(attn.q_proj(x).view(shape)).transpose(1, 2)
-            k = attn.k_norm(attn.k_proj(x).view(shape)).transpose(1, 2)
-            v = attn.v_proj(x).view(shape).transpose(1, 2)
+            x = layer.input_norm(hidden)
+            q = layer.q_norm(layer.q_proj(x).view(shape)).transpose(1, 2)
+            k = layer.k_norm(layer.k_proj(x).view(shape)).transpose(1, 2)
+            v = layer.v_proj(x).view(shape).transpose(1, 2)
             q, k = self.apply_rotary(q, k, cos, sin)
             if kv.keys is not None:
                 k = torch.cat([kv.keys, k], dim=-2)
                 v = torch.cat([kv.values, v], dim=-2)
             kv.keys, kv.values = k, v
             out, _ = self.attention(attn, q, k, v, attn_mask, dropout=0.0, scaling=attn.scaling, sliding_window=None)
-            hidden = residual + attn.o_proj(out.reshape(rows, new, -1).contiguous())
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        return self.lm_head(self.inner.norm(hidden)[:, -1:, :])[:, -1, :]
+            hidden = residual + layer.o_proj(out.reshape(rows, new, -1).contiguous())
+            x = layer.post_norm(hidden)
+            hidden = hidden + layer.down_proj(layer.act(layer.gate_proj(x)) * layer.up_proj(x))
+        return self.lm_head(self.final_norm(hidden)[:, -1:, :])[:, -1, :]
+
+
+@dataclass
+class _LayerCalls:
+    """One decoder layer's parts as callables, looked up once (see `_linear_call`, `_norm_call`)."""
+
+    attn: Any
+    input_norm: Any
+    q_proj: Any
+    k_proj: Any
+    v_proj: Any
+    o_proj: Any
+    q_norm: Any
+    k_norm: Any
+    post_norm: Any
+    gate_proj: Any
+    up_proj: Any
+    down_proj: Any
+    act: Any
+
+    @classmethod
+    def of(cls, layer: Any) -> _LayerCalls:
+        import torch
+
+        attn, mlp = layer.self_attn, layer.mlp
+        act = mlp.act_fn
+        if type(act).__name__ in ("SiLUActivation", "SiLU") and not _hooked(act):
+            act = torch._C._nn.silu
+        return cls(attn, _norm_call(layer.input_layernorm), _linear_call(attn.q_proj), _linear_call(attn.k_proj),
+                   _linear_call(attn.v_proj), _linear_call(attn.o_proj), _norm_call(attn.q_norm),
+                   _norm_call(attn.k_norm), _norm_call(layer.post_attention_layernorm), _linear_call(mlp.gate_proj),
+                   _linear_call(mlp.up_proj), _linear_call(mlp.down_proj), act)
+
+
+def _hooked(module: Any) -> bool:
+    """Whether calling `module` does more than its class's forward: hooks, or a forward replaced on the instance
+    (accelerate's offloading hooks do that)."""
+    from torch.nn.modules import module as torch_module
+
+    return bool(module._forward_hooks or module._forward_pre_hooks or "forward" in module.__dict__
+                or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)
+
+
+def _linear_call(module: Any) -> Any:
+    """A plain `nn.Linear` as its kernel call (the module's own weight and bias, read where they live, so updates
+    are seen); anything else (a LoRA layer, a hooked module) as the module."""
+    import torch
+
+    if type(module) is not torch.nn.Linear or _hooked(module):
+        return module
+    weight, bias, linear = module.weight, module.bias, torch._C._nn.linear
+    return lambda x: linear(x, weight, bias)
+
+
+def _norm_call(module: Any) -> Any:
+    """Qwen3's RMS norm in float32 as one `rms_norm` call (its forward's operations, in the same order: the same
+    bits), else the module."""
+    import torch
+
+    if type(module).__name__ != "Qwen3RMSNorm" or module.weight.dtype != torch.float32 or _hooked(module):
+        return module
+    weight, eps, shape, rms_norm = module.weight, module.variance_epsilon, tuple(module.weight.shape), torch.rms_norm
+    return lambda x: rms_norm(x, shape, weight, eps) if x.dtype == torch.float32 else module(x)
 
 
 def _sdpa_mask(mask: Any, new: int, past: int) -> Any:

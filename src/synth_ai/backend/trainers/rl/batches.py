@@ -3,8 +3,9 @@
 A row is prompt ids + completion ids exactly as sampled (never re-tokenised), right-padded; the loss mask covers
 the completion tokens the policy sampled (thinking tokens and the end-of-turn token included); tokens the engine
 forced (a `</think>` the thinking budget imposed) stay in the sequence as context but carry no loss.
-The decoder runs once per micro-batch; the LM head and log-softmax run only on the positions that predict a
-completion token, at the sampling temperature, so the on-policy ratio is exactly the ratio of what was sampled.
+The decoder runs once per micro-batch (when samples share a prompt, each distinct prompt runs once and the
+completions run on its cache: `shared_prompts`); the LM head and log-softmax run only on the positions that predict
+a completion token, at the sampling temperature, so the on-policy ratio is exactly the ratio of what was sampled.
 Rows with images (Qwen3-VL) go one per micro-batch with their `pixel_values` / `image_grid_thw`.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from synth_ai.backend.trainers.rl.shared_prompts import predicting_hidden, shared_layout
 from synth_ai.backend.trainers.rl.types import Sample
 
 
@@ -63,6 +65,7 @@ def collate(samples: list[Sample], pad_id: int, device: str) -> dict[str, Any]:
              "temperature": torch.tensor([s.temperature for s in samples], dtype=torch.float32)}
     if len(samples) == 1 and samples[0].vision_inputs:
         batch.update(samples[0].vision_inputs)
+    batch.update(shared_layout(samples, pad_id) or {})
     return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
 
 
@@ -79,11 +82,14 @@ def completion_logprobs(decoder: Any, lm_head: Any, batch: dict[str, Any], *, im
         if image_pad is not None:
             kwargs["mm_token_type_ids"] = (batch["input_ids"] == image_pad).to(torch.int32)
     context = autocast if autocast is not None else torch.autocast("cpu", enabled=False)
+    selected = batch["mask"] > 0
     with context:
-        hidden = decoder(**kwargs).last_hidden_state
-        selected = batch["mask"] > 0
-        rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1).expand_as(batch["positions"])
-        picked = hidden[rows[selected], batch["positions"][selected]]
+        if "prefix_ids" in batch:
+            picked = predicting_hidden(decoder, batch)[selected]
+        else:
+            hidden = decoder(**kwargs).last_hidden_state
+            rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1).expand_as(batch["positions"])
+            picked = hidden[rows[selected], batch["positions"][selected]]
         logits = lm_head(picked).float()
     if not bool((batch["temperature"] != 1.0).any()):  # dividing by 1 changes nothing: skip it (and its backward)
         logp = torch.log_softmax(logits, dim=-1)
