@@ -64,7 +64,16 @@ def _compare(model: Any, lengths: list[int]) -> None:
 
 @pytest.mark.parametrize("lengths", [[7, 3, 7, 5], [6, 6]], ids=["left-padded", "no-padding"])
 def test_lean_forward_matches_transformers_through_prefill_and_decoding(folder: Any, lengths: list[int]) -> None:
-    _compare(_model(folder), lengths)
+    from synth_ai.backend.inference.lean_forward import lean_decoder
+
+    model = _model(folder)
+    lean = lean_decoder(model)
+    # the comparison covers the direct kernel calls: no plain linear, norm or SiLU goes through its module here
+    layer = lean.layers[0]
+    assert not any(isinstance(part, torch.nn.Module) for part in (
+        layer.input_norm, layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj, layer.q_norm, layer.k_norm,
+        layer.post_norm, layer.gate_proj, layer.up_proj, layer.down_proj, layer.act, lean.final_norm, lean.lm_head))
+    _compare(model, lengths)
 
 
 def test_lean_forward_runs_lora_adapters(folder: Any) -> None:
@@ -76,7 +85,28 @@ def test_lean_forward_runs_lora_adapters(folder: Any) -> None:
             if "lora_B" in name:
                 param.normal_(0, 0.5)
     model.eval()
+    from synth_ai.backend.inference.lean_forward import lean_decoder
+
+    layer = lean_decoder(model).layers[0]  # adapted layers stay modules, the others are direct calls
+    assert isinstance(layer.q_proj, torch.nn.Module) and isinstance(layer.down_proj, torch.nn.Module)
+    assert not isinstance(layer.k_proj, torch.nn.Module)
     _compare(model, [7, 3, 7, 5])
+
+
+def test_lean_forward_calls_hooked_modules_as_modules(folder: Any) -> None:
+    """A forward hook (or a forward replaced on the instance, as accelerate's offloading does) must still run."""
+    from synth_ai.backend.inference.lean_forward import lean_decoder
+
+    model = _model(folder)
+    seen: list[int] = []
+    model.model.layers[1].mlp.up_proj.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[0]))
+    lean = lean_decoder(model)
+    assert isinstance(lean.layers[1].up_proj, torch.nn.Module)
+    ids, mask, positions = _prompts([5, 2])
+    with torch.inference_mode():
+        lean.last_logits(ids, mask, positions, lean.new_cache())
+    assert seen == [2]  # the hook ran for the lean forward's call (2 rows)
+    _compare(model, [5, 2])
 
 
 def test_models_it_does_not_cover_keep_the_transformers_forward(folder: Any) -> None:
