@@ -327,9 +327,6 @@ def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, tiny_t
     assert not recorder.of("rl.train.completed")
 
 
-@pytest.mark.xfail(strict=True, reason="LocalPolicyServer.stop() closes the listening socket only: a task app's "
-                                       "keep-alive connection is still answered (a cancelled job's late calls are "
-                                       "sampled); fix proposed with this test")
 def test_a_stopped_policy_server_answers_no_call_on_a_kept_alive_connection(loaded_tiny: Any) -> None:
     import http.client
     import json

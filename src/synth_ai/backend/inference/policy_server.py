@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import json
 import logging
+import socket
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
@@ -113,6 +114,7 @@ class LocalPolicyServer:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server.close_connections()  # kept-alive ones outlive serve_forever: late calls would be sampled
             self._server = None
 
     def sync_weights(self) -> None:
@@ -174,6 +176,39 @@ class LocalPolicyServer:
 class _PolicyHTTPServer(ThreadingHTTPServer):
     # a whole RL batch of rollouts connects at once: the stdlib's backlog of 5 resets connections beyond it
     request_queue_size = 256
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """End every open connection (its handler thread reads EOF and ends; a call in flight cannot answer)."""
+        with self._open_lock:
+            open_now = list(self._open)
+        for sock in open_now:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by its client
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], OSError):  # a connection ended under its handler (a client gone, or stop())
+            log.debug("policy server: connection from %s ended: %s", client_address, sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
 
 
 def _keep_last_images(messages: Any, limit: int) -> tuple[Any, int]:
