@@ -121,7 +121,8 @@ class Batcher:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="inference-batcher", daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            if not self._held:  # a held batcher has nothing to do before release() (which notifies)
+                self._cond.notify_all()
         job.done.wait()
         if job.error is not None:
             raise job.error
