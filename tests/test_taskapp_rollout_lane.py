@@ -47,6 +47,7 @@ CASES = [
     ("no mode", {**KEY, **JSON_TYPE}, json.dumps({k: v for k, v in VALID.items() if k != "mode"})),
     ("not json", {**KEY, **JSON_TYPE}, "{not json"),
     ("empty body", {**KEY, **JSON_TYPE}, ""),
+    ("nested past the recursion limit", {**KEY, **JSON_TYPE}, '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"),
     ("a list", {**KEY, **JSON_TYPE}, "[1, 2]"),
     ("NaN seed", {**KEY, **JSON_TYPE}, json.dumps({**VALID, "env": {**VALID["env"], "seed": float("nan")}})),
     ("text content type", {**KEY, "Content-Type": "text/plain"}, json.dumps(VALID)),

@@ -66,7 +66,7 @@ class RolloutLane:
                 return None
         try:
             return RolloutRequest.model_validate(json.loads(body))
-        except (ValueError, ValidationError):  # not JSON (ValueError), or not a rollout request
+        except (ValueError, RecursionError, ValidationError):  # not JSON, nested past Python's limit, not a rollout
             return None
 
 
