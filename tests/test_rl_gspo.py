@@ -250,7 +250,9 @@ def _check_on_policy_and_forced_tokens_untrained(samples, model, tokenizer):
     decoder, lm_head = loading.core_parts(model)
     batch = collate(samples, tokenizer.pad_token_id or 0, "cpu")
     assert batch["mask"][:, 1].sum() == 0 and batch["mask"][:, 2].all()
-    assert batch["input_ids"].eq(close).any(dim=1).all()
+    # the forced token is in every row's trained sequence (the completions' own columns when rows share a prompt)
+    sequences = batch["completion_ids"] if "prefix_ids" in batch else batch["input_ids"]
+    assert sequences.eq(close).any(dim=1).all()
     logp = completion_logprobs(decoder, lm_head, batch)
     # the recorded log-probs are what training computes (temperature only, no top-p/top-k filter) ...
     assert torch.allclose(logp.detach() * batch["mask"], batch["old_logprobs"] * batch["mask"], atol=2e-5)

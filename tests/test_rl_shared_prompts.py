@@ -55,7 +55,8 @@ def test_shared_prompt_forward_matches_one_row_per_sample(model: Any) -> None:
     samples = _samples(groups=4, per_group=4)
     shared = collate(samples, 0, "cpu")
     assert shared["prefix_ids"].shape == (4, 14)  # each distinct prompt once, left-padded to the longest
-    plain = {k: v for k, v in shared.items() if not k.startswith(("prefix_", "completion_"))}
+    plain = collate(samples, 0, "cpu", share_prompts=False)
+    assert "prefix_ids" not in plain and "input_ids" not in shared  # each layout carries only its own rows
     got, got_grads = _logprobs_and_grads(model, shared)
     want, want_grads = _logprobs_and_grads(model, plain)
     trained = shared["mask"] > 0

@@ -129,3 +129,19 @@ def vision_base_folder(model_store: Any, path: Path) -> Path:
     if card.get("kind") == "fine_tuned" and card.get("training_kind") == "lora":
         return Path(model_store.resolve(card["base_model"]))
     return Path(path)
+
+
+def decoder_inputs(batch: dict[str, Any], *, image_pad: int | None, vision_dtype: Any) -> dict[str, Any]:
+    """The decoder's arguments for rows of prompt + completion (SFT and RL alike), with a Qwen3-VL row's images:
+    pixel values in the vision tower's dtype and the image-token mask."""
+    import torch
+
+    kwargs: dict[str, Any] = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                              "use_cache": False}
+    if "pixel_values" in batch:
+        kwargs["pixel_values"] = batch["pixel_values"].to(vision_dtype) if vision_dtype else batch["pixel_values"]
+        kwargs["image_grid_thw"] = batch["image_grid_thw"]
+        if image_pad is not None:
+            kwargs["mm_token_type_ids"] = (batch["input_ids"] == image_pad).to(torch.int32)
+    return kwargs
+

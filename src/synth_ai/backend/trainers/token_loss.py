@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from synth_ai.backend.trainers.common import NullContext
+from synth_ai.backend.trainers.common import NullContext, decoder_inputs
 
 
 class SelectedTokenLoss(torch.nn.Module):
@@ -29,11 +29,7 @@ class SelectedTokenLoss(torch.nn.Module):
 
     def forward(self, batch: dict[str, Any]) -> Any:
         decoder, lm_head = self._parts
-        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False}
-        if "pixel_values" in batch:
-            kwargs["pixel_values"] = batch["pixel_values"].to(self._vision_dtype)
-            kwargs["image_grid_thw"] = batch["image_grid_thw"]
-            kwargs["mm_token_type_ids"] = (batch["input_ids"] == self._image_pad).to(torch.int32)
+        kwargs = decoder_inputs(batch, image_pad=self._image_pad, vision_dtype=self._vision_dtype)
         autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self._bf16 else NullContext()
         with autocast:
             hidden = decoder(**kwargs).last_hidden_state[:, :-1]

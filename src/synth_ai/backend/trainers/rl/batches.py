@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from synth_ai.backend.trainers.common import decoder_inputs
 from synth_ai.backend.trainers.rl.shared_prompts import predicting_hidden, shared_layout
 from synth_ai.backend.trainers.rl.types import Sample
 
@@ -36,36 +37,42 @@ def micro_batches(samples: list[Sample], size: int) -> list[list[Sample]]:
     return out
 
 
-def collate(samples: list[Sample], pad_id: int, device: str) -> dict[str, Any]:
+def collate(samples: list[Sample], pad_id: int, device: str, *, share_prompts: bool = True) -> dict[str, Any]:
+    """Tensors for `completion_logprobs`: the shared-prompt layout (`shared_prompts`) where samples share a prompt
+    (unless `share_prompts` is False), else one row of prompt + completion per sample."""
     import torch
 
+    shared = shared_layout(samples, pad_id) if share_prompts else None
     width = max(s.length for s in samples)
     completion = max(len(s.completion_ids) for s in samples)
     # built as Python lists and converted once (a tensor per row and field costs more than the rest together)
     ids, attention, targets, positions, old, mask = [], [], [], [], [], []
     for s in samples:
-        tokens = s.prompt_ids + s.completion_ids
         n, rest = len(s.completion_ids), completion - len(s.completion_ids)
-        ids.append(tokens + [pad_id] * (width - len(tokens)))
-        attention.append([1] * len(tokens) + [0] * (width - len(tokens)))
+        if shared is None:  # the full rows (the shared layout has its own)
+            tokens = s.prompt_ids + s.completion_ids
+            ids.append(tokens + [pad_id] * (width - len(tokens)))
+            attention.append([1] * len(tokens) + [0] * (width - len(tokens)))
+            start = len(s.prompt_ids) - 1  # where each target is predicted
+            positions.append(list(range(start, start + n)) + [0] * rest)
         targets.append(list(s.completion_ids) + [0] * rest)
-        start = len(s.prompt_ids) - 1  # where each target is predicted
-        positions.append(list(range(start, start + n)) + [0] * rest)
         old.append(list(s.old_logprobs[:n]) + [0.0] * (completion - len(s.old_logprobs[:n])))
         forced = list(s.forced[:n]) + [False] * (n - len(s.forced[:n]))
         # forced by the engine, not sampled: context, not trained
         mask.append([0.0 if f else 1.0 for f in forced] + [0.0] * rest)
-    batch = {"input_ids": torch.tensor(ids, dtype=torch.long),
-             "attention_mask": torch.tensor(attention, dtype=torch.long),
-             "targets": torch.tensor(targets, dtype=torch.long),
-             "positions": torch.tensor(positions, dtype=torch.long),
+    batch = {"targets": torch.tensor(targets, dtype=torch.long),
              "old_logprobs": torch.tensor(old, dtype=torch.float32),
              "mask": torch.tensor(mask, dtype=torch.float32),
              "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
              "temperature": torch.tensor([s.temperature for s in samples], dtype=torch.float32)}
+    if shared is None:
+        batch.update({"input_ids": torch.tensor(ids, dtype=torch.long),
+                      "attention_mask": torch.tensor(attention, dtype=torch.long),
+                      "positions": torch.tensor(positions, dtype=torch.long)})
+    else:
+        batch.update(shared)
     if len(samples) == 1 and samples[0].vision_inputs:
         batch.update(samples[0].vision_inputs)
-    batch.update(shared_layout(samples, pad_id) or {})
     return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
 
 
@@ -74,29 +81,23 @@ def completion_logprobs(decoder: Any, lm_head: Any, batch: dict[str, Any], *, im
     """[rows, completion] log-probs of the target tokens under the model (0 where the mask is 0)."""
     import torch
 
-    kwargs: dict[str, Any] = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
-                              "use_cache": False}
-    if "pixel_values" in batch:
-        kwargs["pixel_values"] = batch["pixel_values"].to(vision_dtype) if vision_dtype else batch["pixel_values"]
-        kwargs["image_grid_thw"] = batch["image_grid_thw"]
-        if image_pad is not None:
-            kwargs["mm_token_type_ids"] = (batch["input_ids"] == image_pad).to(torch.int32)
     context = autocast if autocast is not None else torch.autocast("cpu", enabled=False)
     selected = batch["mask"] > 0
     with context:
         if "prefix_ids" in batch:
             picked = predicting_hidden(decoder, batch)[selected]
         else:
-            hidden = decoder(**kwargs).last_hidden_state
+            hidden = decoder(**decoder_inputs(batch, image_pad=image_pad, vision_dtype=vision_dtype)).last_hidden_state
             rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1).expand_as(batch["positions"])
             picked = hidden[rows[selected], batch["positions"][selected]]
         logits = lm_head(picked).float()
     if not bool((batch["temperature"] != 1.0).any()):  # dividing by 1 changes nothing: skip it (and its backward)
         logp = torch.log_softmax(logits, dim=-1)
     else:
-        temperature = batch["temperature"].unsqueeze(1).expand_as(batch["positions"])[selected]
+        temperature = batch["temperature"].unsqueeze(1).expand_as(batch["mask"])[selected]
         logp = torch.log_softmax(logits / temperature.unsqueeze(1), dim=-1)
     values = logp.gather(-1, batch["targets"][selected].unsqueeze(1)).squeeze(1)
     out = torch.zeros_like(batch["old_logprobs"])
     out[selected] = values
     return out
+
