@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from backend_support import TINY_TEXT, build_tiny_models
+from backend_support import TINY_TEXT
 from rl_support import Recorder, quiz_app, run_in_process
 from taskapp_support import running_app
 
@@ -28,12 +28,7 @@ PREFETCH_THREAD = "rl-rollout-prefetch"
 
 
 @pytest.fixture(scope="module")
-def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
-
-
-@pytest.fixture(scope="module")
-def loaded_tiny(tiny_text: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
+def loaded_tiny(tiny_text_models: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
     from synth_ai.backend.inference.engine import InferenceEngine
     from synth_ai.backend.modelstore import ModelStore
 
@@ -238,7 +233,7 @@ def _prefetch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == PREFETCH_THREAD and t.is_alive()]
 
 
-def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: Path, tiny_text: list[Path],
+def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: Path, tiny_text_models: list[Path],
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       any_update_is_short: None) -> None:
     runs = {}
@@ -250,7 +245,7 @@ def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: 
         seen: list[tuple[str, int]] = []
         recorder = Recorder()
         with running_app(quiz_app(seen=seen)) as app:
-            run_in_process(tmp_path / name, tiny_text, app, recorder, iterations_per_epoch=3, seed=5)
+            run_in_process(tmp_path / name, tiny_text_models, app, recorder, iterations_per_epoch=3, seed=5)
         runs[name] = (recorder, seen)
     off, on = runs["off"][0], runs["on"][0]
 
@@ -268,13 +263,13 @@ def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: 
     assert not _prefetch_threads()
 
 
-def test_no_prefetch_across_a_due_evaluation(tmp_path: Path, tiny_text: list[Path],
+def test_no_prefetch_across_a_due_evaluation(tmp_path: Path, tiny_text_models: list[Path],
                                              any_update_is_short: None) -> None:
     seen: list[tuple[str, int]] = []
     recorder = Recorder()
     evaluation = {"instances": 2, "every_n_iters": 3, "seeds": "10-11"}
     with running_app(quiz_app(seen=seen)) as app:
-        run_in_process(tmp_path, tiny_text, app, recorder, iterations_per_epoch=4, seed=5,
+        run_in_process(tmp_path, tiny_text_models, app, recorder, iterations_per_epoch=4, seed=5,
                        tables={"evaluation": evaluation})
     # evaluations at iterations 0 and 3 and after the last; iteration 2's rollouts were sent during iteration
     # 1's update, iteration 3's only after its evaluation
@@ -288,7 +283,7 @@ def test_no_prefetch_across_a_due_evaluation(tmp_path: Path, tiny_text: list[Pat
 
 
 @pytest.mark.parametrize("how", ["stop", "error"])
-def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, tiny_text: list[Path], how: str,
+def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, tiny_text_models: list[Path], how: str,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           any_update_is_short: None) -> None:
     """Iteration 2's rollouts (seeds 4 and 5) are sent during iteration 1's update and the task app takes longer
@@ -310,7 +305,7 @@ def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, tiny_t
     recorder = Recorder(on_event=on_event)
     with running_app(quiz_app(delay=lambda seed: 4.0 if seed >= 4 else 0.0)) as app:
         with pytest.raises(TrainingCancelled if how == "stop" else RuntimeError):
-            run_in_process(tmp_path, tiny_text, app, recorder, should_stop=stop.is_set, iterations_per_epoch=4,
+            run_in_process(tmp_path, tiny_text_models, app, recorder, should_stop=stop.is_set, iterations_per_epoch=4,
                            seed=5)
         assert not _prefetch_threads()
         policy = urlsplit(recorder.of("rl.train.started")[0]["data"]["policy_url"])
@@ -356,7 +351,7 @@ def test_a_stopped_policy_server_answers_no_call_on_a_kept_alive_connection(load
         server.stop()
 
 
-def test_failed_prefetched_rollouts_are_reported_like_any_others(tmp_path: Path, tiny_text: list[Path],
+def test_failed_prefetched_rollouts_are_reported_like_any_others(tmp_path: Path, tiny_text_models: list[Path],
                                                                  any_update_is_short: None) -> None:
     """Iteration 2 (prefetched) loses seed 4's group to HTTP 500s, iteration 3 loses every rollout: both are
     reported and counted as usual (retried once), and the job goes on."""
@@ -365,7 +360,7 @@ def test_failed_prefetched_rollouts_are_reported_like_any_others(tmp_path: Path,
 
     recorder = Recorder()
     with running_app(quiz_app(fail=fail)) as app:
-        result = run_in_process(tmp_path, tiny_text, app, recorder, iterations_per_epoch=4, seed=5)
+        result = run_in_process(tmp_path, tiny_text_models, app, recorder, iterations_per_epoch=4, seed=5)
     assert result["fine_tuned_model"] == f"rl:{TINY_TEXT}:rljob_local"
     failures = {f["data"]["iteration"]: f["data"] for f in recorder.of("rl.rollouts.failed")}
     assert sorted(failures) == [2, 3]
