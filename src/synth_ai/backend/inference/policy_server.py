@@ -30,6 +30,7 @@ import hmac
 import json
 import logging
 import socket
+import sys
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
@@ -203,8 +204,6 @@ class _PolicyHTTPServer(ThreadingHTTPServer):
                 pass  # already closed by its client
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
         if isinstance(sys.exc_info()[1], OSError):  # a connection ended under its handler (a client gone, or stop())
             log.debug("policy server: connection from %s ended: %s", client_address, sys.exc_info()[1])
             return
