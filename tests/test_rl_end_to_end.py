@@ -152,8 +152,9 @@ def _rl_body(url: str, **data) -> dict:
             "data": {"endpoint_base_url": url, "base_model": TINY_TEXT, "config": config, **data}}
 
 
-def test_create_refuses_what_the_worker_could_not_use(backend, monkeypatch):
-    """Over HTTP, and through our client's typed errors: an app with another key, and a dead URL."""
+def test_create_refuses_what_the_worker_could_not_use(backend, color_app, monkeypatch):
+    """Over HTTP, and through our client's typed errors: an app with another key, and a dead URL. (`color_app`: its
+    serve preflight is how the backend knows the key the refusal names.)"""
     from synth_ai.client.resources import SynthAPI
     from synth_ai.client.transport import Transport
     from synth_ai.errors import AuthError, NetworkError

@@ -101,10 +101,13 @@ def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny
             second.stop()
 
 
-def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_after_retries(tmp_path: Path,
-                                                                             tiny_text: list[Path]):
+def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_after_retries(
+        tmp_path: Path, tiny_text: list[Path], monkeypatch: pytest.MonkeyPatch):
     from synth_ai.backend.trainers.rl.rollouts import TaskAppUnavailable
 
+    # the app dies after iteration 0's step; with the overlap, iteration 1's rollouts would already be in it
+    # (a dying prefetch: test_rl_prefetch.py)
+    monkeypatch.setenv("SYNTH_AI_RL_PREFETCH", "0")
     port = free_port()
     app = subprocess.Popen([*synth_ai_command(), "serve", "color-quiz", "--port", str(port)], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, cwd=tmp_path,

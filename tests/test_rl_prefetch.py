@@ -201,18 +201,23 @@ def test_a_held_policy_server_queues_calls_and_samples_them_in_one_prefill(loade
 
 
 def test_the_prefetch_gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    from synth_ai.backend.trainers.rl.prefetch import PREFETCH_MAX_UPDATE_S, prefetch_allowed
+    from synth_ai.backend.trainers.rl.prefetch import FIRST_UPDATE_FACTOR, PREFETCH_MAX_UPDATE_S, prefetch_allowed
 
     holdable = SimpleNamespace(hold=lambda: None, release=lambda: None)
 
     def allowed(*, engine: Any = holdable, next_iteration: int = 3, last_update_s: float | None = 1.0,
-                **settings: Any) -> bool:
+                rollouts_s: float | None = None, **settings: Any) -> bool:
         settings = {"iterations": 10, "eval_every": 0, "rollout_timeout_s": 300.0, **settings}
         return prefetch_allowed(SimpleNamespace(**settings), engine, next_iteration=next_iteration,
-                                last_update_s=last_update_s)
+                                last_update_s=last_update_s, rollouts_s=rollouts_s)
 
     assert allowed()
-    assert not allowed(last_update_s=None)  # no update measured yet
+    assert not allowed(last_update_s=None)  # no update measured yet, and nothing to estimate it from
+    # before the first update, the rollouts just run stand in for it, with a margin
+    assert allowed(last_update_s=None, rollouts_s=0.1, next_iteration=1)
+    assert not allowed(last_update_s=None, rollouts_s=PREFETCH_MAX_UPDATE_S / FIRST_UPDATE_FACTOR + 0.1)
+    assert not allowed(last_update_s=None, rollouts_s=1.0, rollout_timeout_s=30.0)
+    assert allowed(last_update_s=1.0, rollouts_s=60.0)  # a measured update wins over the estimate
     assert not allowed(last_update_s=PREFETCH_MAX_UPDATE_S + 0.1)  # held task apps would wait that long
     assert not allowed(rollout_timeout_s=5.0)  # nor longer than a tenth of their rollout timeout
     assert not allowed(next_iteration=10)  # no such iteration
@@ -251,8 +256,8 @@ def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: 
 
     assert _overlapped(off) == {0: 0.0, 1: 0.0, 2: 0.0}
     overlapped = _overlapped(on)
-    # iteration 0's update is the first measured one: iteration 2's rollouts are the first sent during an update
-    assert overlapped[0] == 0.0 and overlapped[1] == 0.0 and overlapped[2] > 0
+    # iteration 1's rollouts go out during iteration 0's update (estimated from iteration 0's rollouts), and so on
+    assert overlapped[0] == 0.0 and overlapped[1] > 0 and overlapped[2] > 0
     for name in ("reward.mean", "reward.std", "response_tokens.mean", "rollouts.errors"):
         assert on.series(name) == off.series(name), name
     # recorded log-probs come from batched rows: float rounding may differ with the batch a call lands in
@@ -271,11 +276,11 @@ def test_no_prefetch_across_a_due_evaluation(tmp_path: Path, tiny_text_models: l
     with running_app(quiz_app(seen=seen)) as app:
         run_in_process(tmp_path, tiny_text_models, app, recorder, iterations_per_epoch=4, seed=5,
                        tables={"evaluation": evaluation})
-    # evaluations at iterations 0 and 3 and after the last; iteration 2's rollouts were sent during iteration
-    # 1's update, iteration 3's only after its evaluation
+    # evaluations at iterations 0 and 3 and after the last; iterations 1's and 2's rollouts were sent during the
+    # update before them, iteration 3's only after its evaluation
     overlapped = _overlapped(recorder)
     assert sorted(overlapped) == [0, 1, 2, 3]
-    assert overlapped[0] == overlapped[1] == overlapped[3] == 0.0 and overlapped[2] > 0
+    assert overlapped[0] == overlapped[3] == 0.0 and overlapped[1] > 0 and overlapped[2] > 0
     evals = [i for i, (mode, _seed) in enumerate(seen) if mode == "eval"]
     assert len(evals) == 6
     iteration_3 = [i for i, (mode, seed) in enumerate(seen) if mode == "rl" and seed in (6, 7)]
@@ -312,7 +317,7 @@ def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, tiny_t
         with pytest.raises(OSError):  # no new connection
             socket.create_connection((policy.hostname, policy.port), timeout=5).close()
     steps = recorder.of("rl.train.step")
-    assert [s["data"]["iteration"] for s in steps] == [0, 1] and steps[1]["data"]["rollouts_overlapped_s"] == 0.0
+    assert [s["data"]["iteration"] for s in steps] == [0, 1] and steps[1]["data"]["rollouts_overlapped_s"] > 0
     if how == "stop":
         stopped = recorder.of("rl.train.stopped")
         assert len(stopped) == 1 and stopped[0]["data"]["iteration"] == 2

@@ -113,6 +113,7 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
             if settings.eval_every and it % settings.eval_every == 0:
                 last_eval = evaluated = _evaluate(runner, settings, reporter, it, dp)
             started = time.perf_counter()  # with a prefetch, the wait left after the update (it is released)
+            sent_early = prefetched is not None
             overlapped_s = prefetched.overlapped_s if prefetched is not None else 0.0
             if prefetched is not None:
                 rollouts, prefetched = prefetched.result(), None
@@ -138,8 +139,8 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
                 rollouts, judged = from_main(dp, (rollouts, _judge(judge, rollouts, reporter, it) if dp.main
                                                   else None))
             samples, counts = build_samples(rollouts, settings)
-            if samples and prefetch_allowed(settings, engine, next_iteration=it + 1, last_update_s=update_s) \
-                    and not should_stop():
+            if samples and prefetch_allowed(settings, engine, next_iteration=it + 1, last_update_s=update_s,
+                                            rollouts_s=None if sent_early else rollout_s) and not should_stop():
                 prefetched = Prefetch(runner, engine, iteration_jobs(settings, it + 1), dp, mode="rl")
             t_train = time.perf_counter()
             stats = trainer.train(samples) if samples else None

@@ -8,9 +8,12 @@ update and the weight sync are done and the loop calls `release()`. Every token 
 exactly the weights it would have been without the overlap (same calls, same seeds, same samples); only the
 task app's own work moves under the update, and the held calls start as one batch.
 
-The loop prefetches only when the last update was short (`PREFETCH_MAX_UPDATE_S`, and a tenth of the rollout
-timeout): a held task app waits on its policy call for as long as the update runs, and task apps time out their
-policy calls. SYNTH_AI_RL_PREFETCH=0 turns it off.
+The loop prefetches only when the update is expected to be short (`PREFETCH_MAX_UPDATE_S`, and a tenth of the
+rollout timeout): a held task app waits on its policy call for as long as the update runs, and task apps time out
+their policy calls. The expectation is the last update's duration; before the first update (or the first after a
+resume) it is `FIRST_UPDATE_FACTOR` times the rollouts just run, since an update over the samples costs about what
+generating them did (one forward and backward over tokens generation produced one forward each). SYNTH_AI_RL_PREFETCH=0
+turns it off.
 """
 
 from __future__ import annotations
@@ -25,18 +28,23 @@ from synth_ai.backend.trainers.rl.types import Rollout
 
 PREFETCH_ENV = "SYNTH_AI_RL_PREFETCH"
 PREFETCH_MAX_UPDATE_S = 5.0
+FIRST_UPDATE_FACTOR = 4.0  # the margin on "an update costs about its rollouts" while no update has been timed
 JOIN_TIMEOUT_S = 30.0  # a cancelled prefetch ends at the runner's next stop poll; this only bounds a stuck one
 
 
-def prefetch_allowed(settings: Any, engine: Any, *, next_iteration: int, last_update_s: float | None) -> bool:
-    """Whether the loop may send `next_iteration`'s rollouts during this iteration's update."""
+def prefetch_allowed(settings: Any, engine: Any, *, next_iteration: int, last_update_s: float | None,
+                     rollouts_s: float | None = None) -> bool:
+    """Whether the loop may send `next_iteration`'s rollouts during this iteration's update; `rollouts_s` (this
+    iteration's rollouts, not overlapped) stands in for the update's duration while none has been timed."""
     if os.environ.get(PREFETCH_ENV, "1").strip() == "0" or not callable(getattr(engine, "hold", None)):
         return False
-    if next_iteration >= settings.iterations or last_update_s is None:
+    if next_iteration >= settings.iterations:
         return False
     if settings.eval_every and next_iteration % settings.eval_every == 0:
         return False  # the evaluation runs first, with the updated policy
-    return last_update_s <= min(PREFETCH_MAX_UPDATE_S, settings.rollout_timeout_s / 10)
+    expected = last_update_s if last_update_s is not None else (
+        None if rollouts_s is None else FIRST_UPDATE_FACTOR * rollouts_s)
+    return expected is not None and expected <= min(PREFETCH_MAX_UPDATE_S, settings.rollout_timeout_s / 10)
 
 
 class Prefetch:
