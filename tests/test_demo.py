@@ -12,14 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from backend_support import TINY_TEXT, build_tiny_models, link_tiny, wait_for
+from backend_support import TINY_TEXT, link_tiny, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def tiny_text(tmp_path_factory) -> list:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
 
 
 def _demo(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen:
@@ -32,11 +27,11 @@ def _backend_status(env: dict[str, str]) -> int:
                           capture_output=True, text=True).returncode
 
 
-def test_fast_demo_runs_the_loop_and_cleans_up(tiny_text, tmp_path, isolated_home):
+def test_fast_demo_runs_the_loop_and_cleans_up(tiny_text_models, tmp_path, isolated_home):
     from conftest import free_port
 
     data = Path(os.environ["SYNTH_AI_HOME"])
-    link_tiny(data, tiny_text)
+    link_tiny(data, tiny_text_models)
     env = {**os.environ, "SYNTH_AI_BACKEND_PORT": str(free_port())}
     run_dir = tmp_path / "run"
     proc = _demo("--fast", "--json", "--run-dir", str(run_dir), env=env, cwd=isolated_home)
@@ -71,11 +66,11 @@ def test_fast_demo_runs_the_loop_and_cleans_up(tiny_text, tmp_path, isolated_hom
     assert _backend_status(env) == 10
 
 
-def test_interrupted_demo_stops_what_it_started_and_a_rerun_starts_cleanly(tiny_text, tmp_path, isolated_home):
+def test_interrupted_demo_stops_what_it_started_and_a_rerun_starts_cleanly(tiny_text_models, tmp_path, isolated_home):
     from conftest import free_port
 
     data = Path(os.environ["SYNTH_AI_HOME"])
-    link_tiny(data, tiny_text)
+    link_tiny(data, tiny_text_models)
     env = {**os.environ, "SYNTH_AI_BACKEND_PORT": str(free_port())}
     proc = _demo("--fast", "--run-dir", str(tmp_path / "first"), env=env, cwd=isolated_home)
     wait_for(lambda: (tmp_path / "first" / "traces.db").exists(), timeout=300, what="the baseline eval")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, wait_for
+from backend_support import TINY_TEXT, BackendProcess, link_tiny, wait_for
 from conftest import free_port
 from rl_support import Recorder, quiz_app, rl_body, run_in_process
 from taskapp_support import running_app, stop, subprocess_env, synth_ai_command, wait_for_health
@@ -21,11 +21,6 @@ pytest.importorskip("torch")
 
 ENV_KEY = "sk_env_rl_faults_0123456789"
 TERMINAL = {"succeeded", "failed", "cancelled"}
-
-
-@pytest.fixture(scope="module")
-def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
 
 
 @pytest.fixture(autouse=True)
@@ -42,9 +37,9 @@ def status(api: Any, job_id: str) -> str:
     return api.get(f"/rl/jobs/{job_id}").json()["status"]
 
 
-def test_cancel_while_rollouts_are_in_flight(tmp_path: Path, tiny_text: list[Path]):
+def test_cancel_while_rollouts_are_in_flight(tmp_path: Path, tiny_text_models: list[Path]):
     data = tmp_path / "data"
-    link_tiny(data, tiny_text)
+    link_tiny(data, tiny_text_models)
     backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
     try:
         with running_app(quiz_app(delay=1.0)) as app, backend.client() as api:
@@ -66,9 +61,9 @@ def test_cancel_while_rollouts_are_in_flight(tmp_path: Path, tiny_text: list[Pat
         backend.stop()
 
 
-def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny_text: list[Path]):
+def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny_text_models: list[Path]):
     data = tmp_path / "data"
-    link_tiny(data, tiny_text)
+    link_tiny(data, tiny_text_models)
     env = {"ENVIRONMENT_API_KEY": ENV_KEY}
     with running_app(quiz_app(delay=0.3)) as app:
         first = BackendProcess(data, env=env).start()
@@ -102,7 +97,7 @@ def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny
 
 
 def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_after_retries(
-        tmp_path: Path, tiny_text: list[Path], monkeypatch: pytest.MonkeyPatch):
+        tmp_path: Path, tiny_text_models: list[Path], monkeypatch: pytest.MonkeyPatch):
     from synth_ai.backend.trainers.rl.rollouts import TaskAppUnavailable
 
     # the app dies after iteration 0's step; with the overlap, iteration 1's rollouts would already be in it
@@ -117,7 +112,7 @@ def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_after_retries(
         wait_for_health(url, ENV_KEY, process=app)
         recorder = Recorder(on_event=lambda kind: stop(app) if kind == "rl.train.step" else None)
         with pytest.raises(TaskAppUnavailable) as info:
-            run_in_process(tmp_path, tiny_text, url, recorder, iterations_per_epoch=4)
+            run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=4)
     finally:
         stop(app)
     assert "every rollout of iteration 1 failed" in str(info.value)
@@ -128,10 +123,10 @@ def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_after_retries(
 
 
 def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tmp_path: Path,
-                                                                              tiny_text: list[Path]):
+                                                                              tiny_text_models: list[Path]):
     with running_app(quiz_app(garbage=lambda seed: seed % 2 == 1)) as app:  # every other seed's group
         recorder = Recorder()
-        result = run_in_process(tmp_path / "half", tiny_text, app, recorder, iterations_per_epoch=2)
+        result = run_in_process(tmp_path / "half", tiny_text_models, app, recorder, iterations_per_epoch=2)
     assert result["fine_tuned_model"] == "rl:synth-ai/tiny-qwen3:rljob_local"
     failures = recorder.of("rl.rollouts.failed")
     assert len(failures) == 2 and all(f["data"]["by_kind"] == {"invalid_response": 4} for f in failures)
@@ -146,7 +141,7 @@ def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tm
     with running_app(quiz_app(garbage=lambda seed: True)) as app:
         recorder = Recorder()
         with pytest.raises(TaskAppUnavailable) as info:
-            run_in_process(tmp_path / "all", tiny_text, app, recorder, iterations_per_epoch=5)
+            run_in_process(tmp_path / "all", tiny_text_models, app, recorder, iterations_per_epoch=5)
     assert "every rollout of iteration 2 failed" in str(info.value)
     assert "invalid rollout response" in str(info.value)
     assert len(recorder.of("rl.rollouts.failed")) == 3 and not recorder.of("rl.train.step")
@@ -169,12 +164,12 @@ def test_the_environment_key_is_the_one_the_task_app_accepts_and_a_refusal_is_cl
 
 
 def test_a_job_whose_task_app_refuses_the_key_fails_with_the_reason_and_the_fix(tmp_path: Path,
-                                                                               tiny_text: list[Path],
+                                                                               tiny_text_models: list[Path],
                                                                                monkeypatch: pytest.MonkeyPatch):
     """Refused at create when the app already refuses the backend's keys (400, nothing stored); and when the app
     changes its key after the create, the job fails at once with the reason and the fix."""
     data = tmp_path / "data"
-    link_tiny(data, tiny_text)
+    link_tiny(data, tiny_text_models)
     backend_key = "sk_env_not_the_apps_key_00000"
     backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": backend_key}).start()
     try:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from backend_support import TINY_TEXT, build_tiny_models
 from rl_support import Recorder, quiz_app, run_in_process
 from taskapp_support import completion, running_app, scripted_model
 
@@ -24,12 +23,7 @@ ENV_KEY = "sk_env_rl_judge_0123456789"
 JUDGE_KEY = "sk-openai-judge-test-0123456789"
 
 
-@pytest.fixture(scope="module")
-def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
-
-
-def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text: list[Path],
+def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text_models: list[Path],
                                                        monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     monkeypatch.setenv("OPENAI_API_KEY", JUDGE_KEY)
@@ -43,7 +37,7 @@ def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text
         tables = {"judge": {"timeout_s": 30, "reward_blend": {"env": 1.0, "outcome": 1.0},
                             "options": {"provider": "openai", "model": "judge-model", "event": False,
                                         "base_url": judge_url}}}
-        run_in_process(tmp_path, tiny_text, app, recorder, tables=tables, iterations_per_epoch=1,
+        run_in_process(tmp_path, tiny_text_models, app, recorder, tables=tables, iterations_per_epoch=1,
                        step_rewards_enabled=True, step_rewards_mode="env_sparse",
                        step_rewards_indicator_lambda=1.0)
 

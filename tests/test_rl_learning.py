@@ -18,7 +18,6 @@ import pytest
 from backend_support import (
     TINY_TEXT,
     BackendProcess,
-    build_tiny_models,
     chat_jsonl,
     link_tiny,
     sft_body,
@@ -33,11 +32,6 @@ pytest.importorskip("torch")
 ENV_KEY = "sk_env_rl_test_0123456789"
 TERMINAL = {"succeeded", "failed", "cancelled"}
 CONFIG = REPO_ROOT / "examples" / "configs" / "rl_tiny_local.toml"
-
-
-@pytest.fixture(scope="module")
-def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
 
 
 @pytest.fixture
@@ -62,9 +56,10 @@ def series(api: httpx.Client, job_id: str, name: str) -> list[float]:
     return [p["value"] for p in sorted(points, key=lambda p: p["step"])]
 
 
-def test_gspo_learns_color_quiz_and_the_rl_model_is_usable(tmp_path: Path, tiny_text: list[Path], color_quiz: str):
+def test_gspo_learns_color_quiz_and_the_rl_model_is_usable(tmp_path: Path, tiny_text_models: list[Path],
+                                                           color_quiz: str):
     data = tmp_path / "data"
-    link_tiny(data, tiny_text)
+    link_tiny(data, tiny_text_models)
     backend = BackendProcess(data, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
     try:
         doc = train(backend, color_quiz)

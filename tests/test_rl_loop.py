@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from backend_support import TINY_TEXT, build_tiny_models
 from rl_support import Recorder, quiz_app, run_in_process
 from taskapp_support import running_app
 
@@ -19,24 +18,19 @@ ENV_KEY = "sk_env_rl_loop_0123456789"
 EVALUATION = {"instances": 2, "every_n_iters": 2, "seeds": "10-11"}
 
 
-@pytest.fixture(scope="module")
-def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
-
-
 @pytest.fixture(autouse=True)
 def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     return ENV_KEY
 
 
-def test_stale_weights_reference_kl_evaluation_and_seeded_repeats(tmp_path: Path, tiny_text: list[Path]):
+def test_stale_weights_reference_kl_evaluation_and_seeded_repeats(tmp_path: Path, tiny_text_models: list[Path]):
     runs = []
     for name in ("a", "b"):
         seen: list[tuple[str, int]] = []
         recorder = Recorder()
         with running_app(quiz_app(seen=seen)) as app:
-            result = run_in_process(tmp_path / name, tiny_text, app, recorder, iterations_per_epoch=3, seed=4,
+            result = run_in_process(tmp_path / name, tiny_text_models, app, recorder, iterations_per_epoch=3, seed=4,
                                     weight_sync_interval=2, kl_coef=0.05,
                                     tables={"reference": {"placement": "colocated"}, "evaluation": EVALUATION})
         runs.append((recorder, seen, result))
