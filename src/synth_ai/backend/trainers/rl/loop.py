@@ -3,9 +3,9 @@
 Per iteration: `batch_size` seeds x `group_size` rollouts against the task app through the rollout engine (the
 policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the recorded tokens, weight sync every
 `weight_sync_interval` iterations, evaluation every `[evaluation].every_n_iters`, a checkpoint every
-`checkpoint_interval`. While an iteration updates, the next one's rollouts are already sent to the task app
-against a held engine (`rl.prefetch`: the task app's own work overlaps the update; nothing is sampled before the
-weights are in place). Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
+`checkpoint_interval`. The `/rollout` calls run in a child process (`rl.rollout_process`). While an iteration
+updates, the next one's rollouts are already sent to the task app against a held engine (`rl.prefetch`: the task
+app's own work overlaps the update; nothing is sampled before the weights are in place). Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
 `rl.images.dropped`, `rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the
 job's terminal events belong to the worker. Under torchrun every rank runs this loop on its share of the groups
 (`rl.data_parallel`); rank 0 alone reports, checkpoints and saves the final model.
@@ -67,16 +67,18 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from synth_ai.backend.trainers.rl.engine_choice import build_rollout_engine
-    from synth_ai.backend.trainers.rl.rollouts import RolloutRunner, pick_environment_key
+    from synth_ai.backend.trainers.rl.rollout_process import make_runner
+    from synth_ai.backend.trainers.rl.rollouts import pick_environment_key
 
     trainer = GSPOTrainer(settings, model_store, workdir)
     state = trainer.resume(reporter)
     history: list[dict[str, Any]] = state.get("history", [])
     start = int(state.get("iteration", 0))
-    engine = build_rollout_engine(settings, trainer, spec, reporter, ranks=dp.world)  # built-in, or vLLM on GPUs (engine_choice)
+    # the built-in engine, or vLLM on GPUs (engine_choice)
+    engine = build_rollout_engine(settings, trainer, spec, reporter, ranks=dp.world)
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
-    runner = RolloutRunner(settings, engine, api_key, should_stop)
+    runner = make_runner(settings, engine, api_key, should_stop)
     judge = Judge(require_judge_key(spec_config(spec)), task_rubrics=task_app_rubrics(settings.task_url, api_key)) \
         if settings.judge is not None and dp.main else None  # rank 0 judges every rollout
     reporter.event("rl.train.started",
@@ -169,6 +171,8 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     finally:
         if prefetched is not None:
             prefetched.cancel()
+        if callable(getattr(runner, "close", None)):
+            runner.close()
         engine.stop()
 
     if not dp.main:  # rank 0 saves and registers the model; the other ranks hold the same weights

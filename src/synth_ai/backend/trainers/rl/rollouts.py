@@ -142,6 +142,7 @@ class RolloutRunner:
         for attempt in range(self.settings.rollout_retries + 1):
             attempt_cid = cid if attempt == 0 else f"{cid}-r{attempt}"
             result.attempts = attempt + 1
+            result.attempt_cids.append(attempt_cid)
             body = rollout_request(self.settings, seed=seed, cid=attempt_cid, policy_url=self.policy_url,
                                    mode=mode, extra_policy=extra_policy)
             retry = False
@@ -159,19 +160,19 @@ class RolloutRunner:
                         f"{redact(str(exc)) or 'no detail'}", "unreachable", True)
             if response is not None:
                 result.error, result.error_kind, retry = self._read(result, response, attempt_cid)
-            calls = self.engine.take_calls(attempt_cid)  # settles the cid: a timed-out attempt's late calls go
+            self._settle(result, attempt_cid)
             if result.error is None:
-                result.calls = calls
-                if not calls:
-                    result.error, result.error_kind = ("the task app never called the policy's inference_url "
-                                                       "(with its ?cid=)", "no_calls")
-                    result.reward = None
                 return result
             if not retry or attempt >= self.settings.rollout_retries or self._stopping():
                 break
             await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
         result.reward = None
         return result
+
+    def _settle(self, result: Rollout, cid: str) -> None:
+        """The engine forgets `cid` (a timed-out attempt's late calls are answered, not recorded); a result without
+        error gets the calls recorded under it."""
+        attach_calls(result, self.engine.take_calls(cid))
 
     def _read(self, result: Rollout, response: Any, cid: str) -> tuple[str | None, str | None, bool]:
         if response.status_code >= 500 or response.status_code == 429:
@@ -191,6 +192,17 @@ class RolloutRunner:
         trajectories = doc.get("trajectories") if isinstance(doc, dict) else None
         result.steps = sum(len(t.get("steps") or []) for t in trajectories or [] if isinstance(t, dict))
         return None, None, False
+
+
+def attach_calls(result: Rollout, calls: list[Any]) -> None:
+    """A succeeded attempt's recorded LLM calls onto its result; none at all is the `no_calls` failure."""
+    if result.error is not None:
+        return
+    result.calls = calls
+    if not calls:
+        result.error, result.error_kind = ("the task app never called the policy's inference_url (with its ?cid=)",
+                                           "no_calls")
+        result.reward = None
 
 
 class RolloutsStopped(Exception):

@@ -21,6 +21,7 @@ class Rollout:
     calls: list[Any] = field(default_factory=list)  # policy_server.RecordedCall, in turn order
     steps: int = 0
     attempts: int = 0
+    attempt_cids: list[str] = field(default_factory=list)  # the cid of each attempt, the last one's calls kept
     images_dropped: int = 0
     parts: dict[str, float] = field(default_factory=dict)  # env, event, outcome (advantages.reward_parts)
     step_rewards: list[float] = field(default_factory=list)  # r_t per turn when step rewards are on
