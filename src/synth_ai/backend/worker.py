@@ -37,6 +37,7 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped because the backend went away; the job stays `running`
 PARENT_ENV = "SYNTH_AI_BACKEND_PARENT_PID"
 CANCEL_POLL_S = 0.5
+PARENT_EXIT_WAIT_S = 1.0  # how long a SIGTERM'd worker watches for its parent's exit before calling it a shutdown
 CLAIM_WAIT_S = 120.0  # how long a torchrun rank > 0 waits for rank 0 to claim the job
 
 log = logging.getLogger("synth_ai.backend.worker")
@@ -100,6 +101,13 @@ class StopSignal:
         return os.getppid() != self.parent_pid
 
     def why(self) -> str:
+        if self.terminated.is_set():
+            # The kernel's SIGTERM (PR_SET_PDEATHSIG) fires when the thread that started us exits; while a killed
+            # backend's other threads are still exiting, they are our parent for a moment. A backend that shuts
+            # down on purpose stays up while its workers stop, so a parent that leaves within this wait was killed.
+            deadline = time.monotonic() + PARENT_EXIT_WAIT_S
+            while not self.parent_gone() and time.monotonic() < deadline:
+                time.sleep(0.02)
         if self.parent_gone():
             return "the backend process went away"
         return "the backend is shutting down" if self.terminated.is_set() else "it was asked to stop"
