@@ -5,10 +5,11 @@ policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the re
 `weight_sync_interval` iterations, evaluation every `[evaluation].every_n_iters`, a checkpoint every
 `checkpoint_interval`. The `/rollout` calls run in a child process (`rl.rollout_process`). While an iteration
 updates, the next one's rollouts are already sent to the task app against a held engine (`rl.prefetch`: the task
-app's own work overlaps the update; nothing is sampled before the weights are in place). Events: `rl.train.started`, `rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`,
-`rl.images.dropped`, `rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the
-job's terminal events belong to the worker. Under torchrun every rank runs this loop on its share of the groups
-(`rl.data_parallel`); rank 0 alone reports, checkpoints and saves the final model.
+app's own work overlaps the update; nothing is sampled before the weights are in place). Events: `rl.train.started`,
+`rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`, `rl.images.dropped`, `rl.eval.summary`,
+`rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the job's terminal events belong to the worker.
+Under torchrun every rank runs this loop on its share of the groups (`rl.data_parallel`); rank 0 alone reports,
+checkpoints and saves the final model.
 """
 
 from __future__ import annotations

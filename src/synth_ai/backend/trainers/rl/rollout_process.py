@@ -1,18 +1,18 @@
 """The rollout runner in a process of its own, so that the task app's HTTP traffic does not share the trainer's GIL.
 
-The trainer's process is CPU-bound on one core: the GSPO update, generation, the policy server's request threads
-and the rollout client (the `/rollout` calls: an event loop, JSON in and out, socket work) take turns on one GIL.
-During an overlapped update (`prefetch`) the rollout client's work stretches the update by as much as it costs,
-while the machine's other cores mostly wait. `RolloutProcess` runs the same `RolloutRunner` in a child process
-(spawned: no torch, no model, no copy of the trainer's memory) and talks to it over a pipe: the trainer sends an
+The trainer's process is CPU-bound on one core: the GSPO update, generation, the policy server's request threads and
+the rollout client (the `/rollout` calls: an event loop, JSON in and out, socket work) take turns on one GIL. During
+an overlapped update (`prefetch`) the rollout client's work stretches the update by as much as it costs, while the
+machine's other cores mostly wait. `RolloutProcess` runs the same `RolloutRunner` in a child process (a plain
+`python -c`: no torch, no model, no copy of the trainer's memory) and talks to it over a pipe: the trainer sends an
 iteration's jobs and gets its rollouts back (rewards and the task app's answers read there), then attaches the LLM
 calls its policy server recorded under each attempt's cid (`rollouts.attach_calls`, as the in-process runner does
 after each attempt). Retries, timeouts and the failure accounting are the runner's own, unchanged.
 
-A stop (`should_stop`, or `abandon()` for a prefetch the loop leaves) is polled here every `STOP_POLL_S` and sent
-to the child, which cancels its rollouts the way the in-process runner does; the child ends when its pipe closes,
-so it does not outlive a trainer that was killed. SYNTH_AI_RL_ROLLOUT_PROCESS=0 keeps the runner in the trainer's
-process (`make_runner`).
+A stop (`should_stop`, or `abandon()` for a prefetch the loop leaves) is polled here every `STOP_POLL_S` and sent to
+the child, which cancels its rollouts the way the in-process runner does; the child ends when its pipe closes, so it
+does not outlive a trainer that was killed. SYNTH_AI_RL_ROLLOUT_PROCESS=0 keeps the runner in the trainer's process
+(`make_runner`).
 """
 
 from __future__ import annotations
