@@ -102,8 +102,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from synth_ai.backend.db import Database
-    from synth_ai.backend.jobs import JobStore
+    from synth_ai.backend.store.db import Database
+    from synth_ai.backend.store.job_records import JobStore
 
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="follow-latency-"))

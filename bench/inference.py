@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 def build_model() -> None:
     subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                    "from synth_ai.backend.modelstore import ModelStore; ModelStore(Path(sys.argv[1])).resolve(sys.argv[2])",
+                    "from synth_ai.backend.store.model_store import ModelStore; ModelStore(Path(sys.argv[1])).resolve(sys.argv[2])",
                     str(DATA_DIR), MODEL_ID], check=True, cwd=REPO)
 
 
@@ -56,7 +56,7 @@ def baseline_runner(max_tokens: int):
 
     from synth_ai.backend.inference.engine import describe_model
     from synth_ai.backend.ml import loading
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
 
     torch.set_num_threads(1)
     path = ModelStore(DATA_DIR).resolve(MODEL_ID)

@@ -3,7 +3,7 @@
 Two embedded backends run side by side on free ports, each with its own data dir (a temporary one) and the tiny
 Qwen3 (built once into bench/.cache/job-start-models and linked in): ours as shipped (SYNTH_AI_BACKEND_WARM_WORKER=1,
 a worker process with torch, transformers and peft imported waits for the next job) and the baseline with
-SYNTH_AI_BACKEND_WARM_WORKER=0 (every job starts `python -m synth_ai.backend.worker <job_id>` cold, which is how
+SYNTH_AI_BACKEND_WARM_WORKER=0 (every job starts `python -m synth_ai.backend.jobs.worker <job_id>` cold, which is how
 every job started before the warm worker). Per round, one tiny job on each (ours first), and before each of ours
 the bench waits until the replacement warm worker is ready (so no import runs in the background of either side's
 timed job). For each job: create (POST /learning/jobs) and start, then poll every 20 ms for the first event, the
@@ -41,7 +41,7 @@ def log(text: str) -> None:
 
 
 def build_tiny() -> Path:
-    code = ("import sys; from pathlib import Path; from synth_ai.backend.modelstore import ModelStore; "
+    code = ("import sys; from pathlib import Path; from synth_ai.backend.store.model_store import ModelStore; "
             "print(ModelStore(Path(sys.argv[1])).resolve(sys.argv[2]))")
     out = subprocess.run([sys.executable, "-c", code, str(MODEL_CACHE), TINY], check=True, capture_output=True,
                          text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900)
@@ -92,7 +92,7 @@ class Backend:
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                if b"synth_ai.backend.worker\0--warm" in cmdline and \
+                if b"synth_ai.backend.jobs.worker\0--warm" in cmdline and \
                         f"SYNTH_AI_HOME={self.data}".encode() in environ:
                     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                         if line.startswith("VmRSS:"):

@@ -115,7 +115,7 @@ def served_app(in_process: bool) -> Iterator[str]:
 
 
 def run_ours(iterations: int, batch: int, group: int, things: int, in_process: bool) -> dict:
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
     from synth_ai.backend.trainers.rl import run_rl
 
     steps: list[tuple[float, dict]] = []
@@ -149,7 +149,7 @@ def run_trl(iterations: int, batch: int, group: int, things: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     _, app = color_app()
@@ -241,7 +241,7 @@ def main() -> None:
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')}", flush=True)
     if not (DATA_DIR / "models").exists():  # build the tiny model once, untimed
         subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                        "from synth_ai.backend.modelstore import ModelStore; ModelStore(Path(sys.argv[1]))"
+                        "from synth_ai.backend.store.model_store import ModelStore; ModelStore(Path(sys.argv[1]))"
                         ".resolve(sys.argv[2])", str(DATA_DIR), MODEL_ID], check=True, cwd=REPO,
                        env={**os.environ, "PYTHONPATH": str(REPO / "src")}, capture_output=True)
     ours, base = [], []

@@ -48,7 +48,7 @@ class Collect:
 
 
 def run_once(seed: int, iterations: int | None, task_url: str) -> dict[str, Any]:
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
     from synth_ai.backend.trainers.rl import run_rl
 
     config = tomllib.loads(CONFIG.read_text())
@@ -76,7 +76,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["ENVIRONMENT_API_KEY"] = ENV_KEY
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
     from synth_ai.taskapp import create_task_app
     from synth_ai.taskapp.discovery import load_task_app
     from synth_ai.taskapp.serving import running_in_background

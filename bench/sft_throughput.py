@@ -6,7 +6,7 @@ hyperparameters: full fine-tune, loss on assistant tokens only, AdamW, lr 1e-3 w
 decay, batch 8, no gradient accumulation, sequence length 512, fp32 on CPU, one torch thread each
 (OMP_NUM_THREADS=1 unless you set it).
 
-- ours: `synth_ai.backend.trainers.sft.run_sft`, the function the backend's job worker calls, with a reporter that
+- ours: `synth_ai.backend.trainers.sft.trainer.run_sft`, the function the backend's job worker calls, with a reporter that
   drops events; time = its training loop (`train_runtime_s`, data preparation and saving excluded);
 - baseline: TRL `SFTTrainer` with `assistant_only_loss=True` and the same chat template; time = from
   `on_train_begin` to `on_train_end` (dataset tokenization excluded).
@@ -67,8 +67,8 @@ def make_data(path: Path, examples: int, seed: int = 7) -> None:
 
 
 def run_ours(data: Path, epochs: int) -> dict:
-    from synth_ai.backend.modelstore import ModelStore
-    from synth_ai.backend.trainers.sft import run_sft
+    from synth_ai.backend.store.model_store import ModelStore
+    from synth_ai.backend.trainers.sft.trainer import run_sft
 
     class Quiet:
         def event(self, type, message, data=None, level="info"):  # noqa: A002
@@ -93,7 +93,7 @@ def run_trl(data: Path, epochs: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     path = ModelStore(DATA_DIR).resolve(MODEL_ID)

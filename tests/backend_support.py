@@ -88,7 +88,7 @@ def build_tiny_models(store_root: Path, model_ids: tuple[str, ...] = (TINY_TEXT,
     """Build the tiny models once into a model store at `store_root` (in a subprocess: torch stays out of the test
     process) and return their folders. Pass the session's `ml-core-data` folder to share the build with the ML
     test modules."""
-    code = ("import sys; from pathlib import Path; from synth_ai.backend.modelstore import ModelStore; "
+    code = ("import sys; from pathlib import Path; from synth_ai.backend.store.model_store import ModelStore; "
             "store = ModelStore(Path(sys.argv[1])); [print(store.resolve(m)) for m in sys.argv[2:]]")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-c", code, str(store_root), *model_ids], check=True, capture_output=True,
@@ -198,7 +198,7 @@ def warm_worker_pid(data_dir: Path) -> int | None:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"synth_ai.backend.worker\0--warm" in cmdline and f"SYNTH_AI_HOME={data_dir}".encode() in environ:
+        if b"synth_ai.backend.jobs.worker\0--warm" in cmdline and f"SYNTH_AI_HOME={data_dir}".encode() in environ:
             return int(pid)
     return None
 
@@ -220,6 +220,6 @@ def worker_pids(job_id: str) -> list[int]:
             state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
         except OSError:
             continue
-        if b"synth_ai.backend.worker" in cmdline and job_id.encode() in cmdline and state != "Z":
+        if b"synth_ai.backend.jobs.worker" in cmdline and job_id.encode() in cmdline and state != "Z":
             found.append(int(pid))
     return found

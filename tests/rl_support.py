@@ -95,7 +95,7 @@ class Recorder:
 def run_in_process(tmp_path: Path, tiny_text: list[Path], task_url: str, recorder: Recorder,
                    should_stop: Any = None, tables: dict[str, dict[str, Any]] | None = None,
                    **training: Any) -> dict[str, Any]:
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
     from synth_ai.backend.trainers.rl import run_rl
 
     data = tmp_path / "store"

@@ -48,7 +48,7 @@ def test_key_file_is_private_and_every_api_route_needs_it(backend):
 
 
 def test_key_created_later_is_accepted_without_restart(backend):
-    from synth_ai.backend.auth import create_key, default_key
+    from synth_ai.env.backend_keys import create_key, default_key
 
     assert default_key(backend.data_dir) == backend.key
     extra = create_key("ci", data_dir=backend.data_dir)
@@ -396,9 +396,9 @@ def test_an_unexpected_error_never_echoes_a_key(tmp_path):
     """The generic 500 answer quotes the exception; any key the backend knows is masked in it."""
     from starlette.testclient import TestClient
 
-    from synth_ai.backend.app import create_app
-    from synth_ai.backend.auth import default_key
-    from synth_ai.backend.settings import BackendSettings
+    from synth_ai.backend.api.app import create_app
+    from synth_ai.env.backend_keys import default_key
+    from synth_ai.backend.server_settings import BackendSettings
 
     app = create_app(BackendSettings.load(data_dir=tmp_path / "data"))
 

@@ -169,11 +169,11 @@ def test_restart_recognises_an_orphaned_warm_started_worker(tmp_path):
     import subprocess
     import sys
 
-    from synth_ai.backend.workers import _is_worker_of
+    from synth_ai.backend.jobs.scheduler import _is_worker_of
 
     folder = tmp_path / "jobs" / "job_abc"
     folder.mkdir(parents=True)
-    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "synth_ai.backend.worker",
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "synth_ai.backend.jobs.worker",
                              "--warm"], cwd=folder)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=folder)
     try:

@@ -108,7 +108,7 @@ def test_rl_step_config_is_what_the_trainer_reads(bench_path: None) -> None:
     """The bench's RL config sets what it claims (batch, group, clip range, one step per iteration)."""
     import rl_step
 
-    from synth_ai.backend.trainers.rl.settings import resolve_rl_settings
+    from synth_ai.backend.trainers.rl.rl_settings import resolve_rl_settings
 
     settings = resolve_rl_settings({"data": {"endpoint_base_url": "http://127.0.0.1:1", "base_model": rl_step.MODEL_ID,
                                              "config": rl_step.rl_config(5, 4, 8, 2)}})

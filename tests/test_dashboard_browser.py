@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from synth_ai.backend.db import Database
-from synth_ai.backend.jobs import JobStore
+from synth_ai.backend.store.db import Database
+from synth_ai.backend.store.job_records import JobStore
 
 from backend_support import (BackendProcess, chat_jsonl, job_status, link_tiny, sft_body, upload,
                              wait_for)

@@ -57,7 +57,7 @@ def test_sealed_round_trip_stores_the_key_privately_and_never_echoes_it(api, bac
     verified = api.get("/v1/env-keys/verify").json()
     assert verified["present"] is True and verified["uploaded"] is True
 
-    from synth_ai.backend.auth import environment_keys, known_environment_keys
+    from synth_ai.env.backend_keys import environment_keys, known_environment_keys
 
     assert environment_keys(backend.data_dir, environ={}) == [SECRET]  # what the worker and the probes try
     assert "uploaded" in known_environment_keys(backend.data_dir, environ={})[0].origin
@@ -91,7 +91,7 @@ def test_bad_uploads_say_what_is_wrong(api):
 
 
 def test_uploads_keep_the_newest_first_and_at_most_eight(tmp_path):
-    from synth_ai.backend.auth import UPLOADED, environment_keys, register_environment_key
+    from synth_ai.env.backend_keys import UPLOADED, environment_keys, register_environment_key
 
     register_environment_key("setup-key-000000000", data_dir=tmp_path)
     for i in range(10):

@@ -151,7 +151,7 @@ def test_a_seed_interrupted_while_its_session_is_written_counts_as_stored(isolat
     import os
 
     from synth_ai.eval.flow import Hooks, run_eval
-    from synth_ai.eval.settings import EvalOptions
+    from synth_ai.eval.eval_settings import EvalOptions
     from synth_ai.tracing.store import TraceStore
 
     apps = tmp_path / "apps"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dashboard_support import write_eval_traces
 
-from synth_ai.backend import eval_runs
+from synth_ai.backend.api import eval_runs
 from synth_ai.tracing.session import SessionRecorder
 from synth_ai.tracing.store import TraceStore
 

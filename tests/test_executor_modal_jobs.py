@@ -58,7 +58,7 @@ def test_the_judge_key_goes_along_when_the_job_has_a_judge(tmp_path):
 def test_the_policy_answers_only_under_its_token_path(monkeypatch, tmp_path_factory, tiny_text_models):
     from synth_ai.backend.inference.engine import InferenceEngine
     from synth_ai.backend.inference.policy_server import LocalPolicyServer
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
     from synth_ai.backend.trainers.rl.policy_exposure import TUNNEL_ENV, policy_url
 
     store = ModelStore(tmp_path_factory.getbasetemp() / "ml-core-data")  # where tiny_text_models built it
@@ -158,12 +158,12 @@ def test_an_rl_job_nothing_here_can_run_is_refused_at_create(tmp_path, tiny_text
 def test_the_job_function_trains_a_staged_job_through_modals_local(tmp_path, tiny_text_models, monkeypatch):
     """What the relay puts on the volume, run by Modal's own `.local()` of the function `build_app` makes."""
     pytest.importorskip("modal")
-    from synth_ai.backend import jobs as J
-    from synth_ai.backend.db import Database
+    from synth_ai.backend.store import job_records as J
+    from synth_ai.backend.store.db import Database
     from synth_ai.backend.executors.modal_plan import build_app, plan_for
     from synth_ai.backend.executors.modal_relay import stage
     from synth_ai.backend.executors.placement import job_needs
-    from synth_ai.backend.settings import BackendSettings
+    from synth_ai.backend.server_settings import BackendSettings
 
     data = tmp_path / "data"
     link_tiny(data, tiny_text_models)

@@ -62,8 +62,8 @@ def _finished(api, job_id: str, backend: BackendProcess) -> dict:
 
 def _one_process_loss(tmp_path, store_root, path, **hyper) -> dict[int, float]:
     """The SFT trainer in this process, as the local executor's worker runs it."""
-    from synth_ai.backend.modelstore import ModelStore
-    from synth_ai.backend.trainers.sft import run_sft
+    from synth_ai.backend.store.model_store import ModelStore
+    from synth_ai.backend.trainers.sft.trainer import run_sft
 
     loss: dict[int, float] = {}
 

@@ -41,8 +41,8 @@ def key_env(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture(scope="module")
 def store(backend: BackendProcess):
     """The backend's job store, opened the way a worker process opens it."""
-    from synth_ai.backend.db import Database
-    from synth_ai.backend.jobs import JobStore
+    from synth_ai.backend.store.db import Database
+    from synth_ai.backend.store.job_records import JobStore
 
     db = Database(backend.data_dir / "backend" / "backend.sqlite3")
     yield JobStore(db)

@@ -90,7 +90,7 @@ def test_a_batched_row_samples_and_scores_like_the_same_request_alone(tmp_path_f
     a call runs in a batch or alone; and the calls did share batches."""
     from synth_ai.backend.inference.engine import InferenceEngine
     from synth_ai.backend.inference.policy_server import LocalPolicyServer
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
 
     store = ModelStore(tmp_path_factory.getbasetemp() / "ml-core-data")
     loaded = InferenceEngine(store).get(TINY_TEXT)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from synth_ai.backend.inference.parsing import apply_stop, parse_output, split_reasoning
-from synth_ai.backend.modelstore import ModelStore
+from synth_ai.backend.store.model_store import ModelStore
 from synth_ai.errors import InvalidInputError, NotFoundError
 
 torch = pytest.importorskip("torch")
@@ -65,7 +65,7 @@ def _train_data(path: Path) -> Path:
 @pytest.fixture(scope="session")
 def fine_tuned(ml_store: ModelStore, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """One full fine-tune and one LoRA fine-tune of tiny-qwen3 on the same data."""
-    from synth_ai.backend.trainers.sft import run_sft
+    from synth_ai.backend.trainers.sft.trainer import run_sft
 
     root = tmp_path_factory.mktemp("inference-ft")
     data = _train_data(root / "train.jsonl")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from synth_ai.backend.modelstore import ModelStore
+from synth_ai.backend.store.model_store import ModelStore
 
 torch = pytest.importorskip("torch")
 

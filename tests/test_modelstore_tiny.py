@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from synth_ai.backend.modelstore import ModelStore
+from synth_ai.backend.store.model_store import ModelStore
 from synth_ai.errors import InvalidInputError, NotFoundError
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from synth_ai.backend.modelstore import ModelStore
+from synth_ai.backend.store.model_store import ModelStore
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
@@ -62,7 +62,7 @@ def test_crafter_turns_are_recorded_and_train_on_policy(store: ModelStore, craft
     from synth_ai.backend.inference.policy_server import LocalPolicyServer
     from synth_ai.backend.ml import loading
     from synth_ai.backend.trainers.rl.rollouts import RolloutRunner
-    from synth_ai.backend.trainers.rl.settings import resolve_rl_settings
+    from synth_ai.backend.trainers.rl.rl_settings import resolve_rl_settings
     from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 
     store.resolve(model)

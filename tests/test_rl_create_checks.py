@@ -1,4 +1,4 @@
-"""The create-time probe of `POST /api/rl/jobs` (`synth_ai.backend.taskapp_probe`): a job whose task app the RL worker
+"""The create-time probe of `POST /api/rl/jobs` (`synth_ai.backend.api.taskapp_probe`): a job whose task app the RL worker
 could not call is refused at once with the keys tried (masked) and the fix. Against the real bundled math task app
 served over HTTP, with the keys in a real backend data dir."""
 
@@ -9,9 +9,9 @@ import pytest
 from conftest import free_port
 from taskapp_support import ENV_KEY, math_entry, running_app
 
-from synth_ai.backend.auth import UPLOADED, known_environment_keys, register_environment_key
-from synth_ai.backend.errors import ApiError
-from synth_ai.backend.taskapp_probe import require_usable_task_app
+from synth_ai.env.backend_keys import UPLOADED, known_environment_keys, register_environment_key
+from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.api.taskapp_probe import require_usable_task_app
 
 WRONG = "sk_env_stale_key_from_last_week_0000"
 

@@ -73,7 +73,7 @@ def small_config(path: Path, *, model: str | None = None, iterations: int = 2) -
 
 
 def test_serve_preflight_gave_the_backend_the_key(backend, color_app):
-    from synth_ai.backend.auth import known_environment_keys
+    from synth_ai.env.backend_keys import known_environment_keys
 
     known = known_environment_keys(backend.data_dir, environ={})
     assert [k.value for k in known] == [APP_KEY] and "uploaded" in known[0].origin

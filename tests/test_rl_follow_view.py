@@ -13,8 +13,8 @@ import pytest
 from backend_support import BackendProcess
 from conftest import run_cli
 
-from synth_ai.backend import jobs as J
-from synth_ai.backend.db import Database
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store.db import Database
 
 REWARDS = [0.125, 0.375, 0.625]
 LOSSES = [0.5, 0.25, 0.0625]

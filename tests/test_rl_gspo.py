@@ -117,7 +117,7 @@ def policy(tmp_path_factory: pytest.TempPathFactory):
     from synth_ai.backend.inference.engine import describe_model
     from synth_ai.backend.inference.policy_server import LocalPolicyServer
     from synth_ai.backend.ml import loading
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
 
     store = ModelStore(tmp_path_factory.getbasetemp() / "ml-core-data")
     path = store.resolve("synth-ai/tiny-qwen3")

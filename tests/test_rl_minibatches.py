@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 
 
 def _trainer(tmp_path: Path, tiny_text_models: list[Path], **training):
-    from synth_ai.backend.modelstore import ModelStore
-    from synth_ai.backend.trainers.rl.settings import resolve_rl_settings
+    from synth_ai.backend.store.model_store import ModelStore
+    from synth_ai.backend.trainers.rl.rl_settings import resolve_rl_settings
     from synth_ai.backend.trainers.rl.step import GSPOTrainer
 
     link_tiny(tmp_path / "store", tiny_text_models)

@@ -30,7 +30,7 @@ PREFETCH_THREAD = "rl-rollout-prefetch"
 @pytest.fixture(scope="module")
 def loaded_tiny(tiny_text_models: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
     from synth_ai.backend.inference.engine import InferenceEngine
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
 
     return InferenceEngine(ModelStore(tmp_path_factory.getbasetemp() / "ml-core-data")).get(TINY_TEXT)
 
@@ -295,7 +295,7 @@ def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, tiny_t
     with them than the loop waits for a cancelled prefetch; the loop leaves right after iteration 1's step (a stop
     asked for, or the reporter failing: then only `abandon()` can end the prefetch, should_stop stays False)."""
     from synth_ai.backend.trainers.rl import prefetch
-    from synth_ai.backend.trainers.sft import TrainingCancelled
+    from synth_ai.backend.trainers.sft.trainer import TrainingCancelled
 
     monkeypatch.setattr(prefetch, "JOIN_TIMEOUT_S", 2.0)  # below the delay: a prefetch not cancelled outlives it
     stop = threading.Event()

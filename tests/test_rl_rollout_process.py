@@ -32,8 +32,8 @@ def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def trainer_for(tmp_path: Path, tiny_text_models: list[Path]) -> Any:
     """task URL -> (settings, trainer) of a small RL job against that app."""
-    from synth_ai.backend.modelstore import ModelStore
-    from synth_ai.backend.trainers.rl.settings import resolve_rl_settings
+    from synth_ai.backend.store.model_store import ModelStore
+    from synth_ai.backend.trainers.rl.rl_settings import resolve_rl_settings
     from synth_ai.backend.trainers.rl.step import GSPOTrainer
 
     link_tiny(tmp_path / "store", tiny_text_models)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from synth_ai.backend.trainers.rl.settings import resolve_rl_settings
+from synth_ai.backend.trainers.rl.rl_settings import resolve_rl_settings
 from synth_ai.errors import InvalidInputError
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from backend_support import BackendProcess
 from conftest import run_cli
-from synth_ai.backend import auth
+from synth_ai.env import backend_keys as auth
 from synth_ai.env.dotenv_files import read_env_file
 from synth_ai.errors import ExitCode
 

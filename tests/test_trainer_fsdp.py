@@ -22,8 +22,8 @@ STEPS = 3
 _RUN = """
 import json, os, sys
 from pathlib import Path
-from synth_ai.backend.modelstore import ModelStore
-from synth_ai.backend.trainers.sft import TrainingCancelled, run_sft
+from synth_ai.backend.store.model_store import ModelStore
+from synth_ai.backend.trainers.sft.trainer import TrainingCancelled, run_sft
 store, data, work, stop_at, hyper, out = sys.argv[1:7]
 seen = {"loss": {}, "events": []}
 class Reporter:
@@ -105,7 +105,7 @@ def test_two_sharded_ranks_stop_resume_and_match_one_process(tmp_path, tiny_text
 
 
 def _sharding(parallelism: dict) -> tuple[str | None, list[str]]:
-    from synth_ai.backend.trainers.sft_settings import resolve_settings
+    from synth_ai.backend.trainers.sft.sft_settings import resolve_settings
 
     settings = resolve_settings({"model": "m", "hyperparameters": {"n_epochs": 1, "parallelism": parallelism}})
     return settings.fsdp, settings.notes
@@ -126,7 +126,7 @@ def test_parallelism_keys_choose_the_sharding() -> None:
     with pytest.raises(InvalidInputError, match=r"deepspeed_stage must be 0, 1, 2 or 3"):
         _sharding({"use_deepspeed": True, "deepspeed_stage": 4})
     # a checkpoint of a sharded run resumes only sharded (its optimizer state is keyed by name)
-    from synth_ai.backend.trainers.sft_settings import resolve_settings
+    from synth_ai.backend.trainers.sft.sft_settings import resolve_settings
 
     plain = resolve_settings({"model": "m", "hyperparameters": {"n_epochs": 1}}).fingerprint()
     assert "fsdp" not in plain

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from synth_ai.backend.modelstore import ModelStore
+from synth_ai.backend.store.model_store import ModelStore
 from synth_ai.errors import InvalidInputError
 
 pytestmark = pytest.mark.slow
@@ -69,7 +69,7 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 def run(store: ModelStore, workdir: Path, train: Path, *, model: str = "synth-ai/tiny-qwen3",
         validation: Path | None = None, stop_after: int | None = None, recorder: Recorder | None = None,
         **hyper: Any) -> tuple[dict[str, Any], Recorder]:
-    from synth_ai.backend.trainers.sft import run_sft
+    from synth_ai.backend.trainers.sft.trainer import run_sft
 
     recorder = recorder or Recorder()
     spec: dict[str, Any] = {"model": model, "job_id": workdir.name, "training_file_path": str(train),
@@ -135,7 +135,7 @@ def test_lora_lowers_the_loss_with_a_small_adapter(ml_store: ModelStore, tmp_pat
 
 
 def test_training_mode_and_lora_settings_come_from_the_effective_config() -> None:
-    from synth_ai.backend.trainers.sft import resolve_settings
+    from synth_ai.backend.trainers.sft.trainer import resolve_settings
 
     settings = resolve_settings({
         "model": "synth-ai/tiny-qwen3", "hyperparameters": {"n_epochs": 1, "global_batch": 16, "per_device_batch": 4},
@@ -155,7 +155,7 @@ def test_training_mode_and_lora_settings_come_from_the_effective_config() -> Non
 def test_labels_cover_assistant_tokens_only(ml_store: ModelStore) -> None:
     from synth_ai.backend.ml.loading import load_tokenizer
     from synth_ai.backend.ml.templates import QWEN3_TRAINING_TEMPLATE
-    from synth_ai.backend.trainers.sft_data import IGNORE, Encoder
+    from synth_ai.backend.trainers.sft.data import IGNORE, Encoder
 
     tokenizer = load_tokenizer(ml_store.resolve("synth-ai/tiny-qwen3"))
     encoder = Encoder(tokenizer, QWEN3_TRAINING_TEMPLATE, sequence_length=512)
@@ -190,7 +190,7 @@ def test_labels_cover_assistant_tokens_only(ml_store: ModelStore) -> None:
 def test_tool_calls_are_rendered_and_learned(ml_store: ModelStore) -> None:
     from synth_ai.backend.ml.loading import load_tokenizer
     from synth_ai.backend.ml.templates import QWEN3_TRAINING_TEMPLATE
-    from synth_ai.backend.trainers.sft_data import IGNORE, Encoder, render
+    from synth_ai.backend.trainers.sft.data import IGNORE, Encoder, render
 
     messages = [
         {"role": "user", "content": "What is the weather in Oslo?"},
@@ -234,7 +234,7 @@ def test_sequence_length_truncates_with_an_event(ml_store: ModelStore, tmp_path:
 
 
 def test_stop_then_resume_continues_from_the_checkpoint(ml_store: ModelStore, tmp_path: Path) -> None:
-    from synth_ai.backend.trainers.sft import TrainingCancelled
+    from synth_ai.backend.trainers.sft.trainer import TrainingCancelled
 
     train = write_jsonl(tmp_path / "train.jsonl", pirate_records(32))
     hyper = dict(n_epochs=2, per_device_batch=4, learning_rate=1e-3, train_kind="full", lora_dropout=0.0)

@@ -1,4 +1,4 @@
-"""Why a worker says it stopped after a SIGTERM (`backend/worker.py`, `StopSignal.why`), with real processes: the
+"""Why a worker says it stopped after a SIGTERM (`backend/jobs/worker.py`, `StopSignal.why`), with real processes: the
 kernel's PR_SET_PDEATHSIG can deliver the SIGTERM while a killed backend is still exiting (its other threads are the
 worker's parent for a moment), so a parent that leaves within the wait means the backend went away; one that stays
 means it is shutting down on purpose."""
@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent("""
     linger = float(sys.argv[1])
     worker = (
         "import os, sys\\n"
-        "from synth_ai.backend.worker import StopSignal\\n"
+        "from synth_ai.backend.jobs.worker import StopSignal\\n"
         "stop = StopSignal(None, 'job', os.getppid())\\n"
         "stop.terminated.set()\\n"
         "print(stop.why(), flush=True)\\n")

@@ -41,7 +41,7 @@ def test_backend_on_an_exposed_address_refuses_to_start_before_it_has_a_key(tmp_
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"], ids=["loopback", "exposed"])
 def test_backend_docs_and_schema_need_the_key(tmp_path, host):
-    from synth_ai.backend.auth import ensure_keys
+    from synth_ai.env.backend_keys import ensure_keys
 
     data = tmp_path / "data"
     key = ensure_keys(data)  # on the exposed address a key must exist before the start

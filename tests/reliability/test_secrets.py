@@ -240,7 +240,7 @@ def test_credential_files_are_private_from_the_start(isolated_home: Path, monkey
     try:
         recorder.active = True
         result = run_cli("setup", "--local", "--env-file", str(isolated_home / "keys.env"))
-        from synth_ai.backend.settings import BackendSettings
+        from synth_ai.backend.server_settings import BackendSettings
 
         BackendSettings.load(data_dir=home).ensure_dirs()
         recorder.active = False

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from synth_ai.backend.settings import BackendSettings, state_paths
+from synth_ai.backend.server_settings import BackendSettings, state_paths
 from synth_ai.errors import ExitCode, SynthError, UnavailableError
 from synth_ai.fsutil import atomic_write_text
 
@@ -54,7 +54,7 @@ def serve(settings: BackendSettings, *, log_level: str = "info",
     """Run the backend in this process until SIGINT/SIGTERM (blocking)."""
     import uvicorn
 
-    from synth_ai.backend.app import create_app
+    from synth_ai.backend.api.app import create_app
     from synth_ai.taskapp.serving import port_in_use
 
     refuse_unguarded_backend(settings)
@@ -93,8 +93,8 @@ def serve(settings: BackendSettings, *, log_level: str = "info",
 
 
 def _state_doc(settings: BackendSettings) -> dict[str, Any]:
-    from synth_ai.backend.auth import keys_path
-    from synth_ai.backend.db import utcnow
+    from synth_ai.env.backend_keys import keys_path
+    from synth_ai.backend.store.db import utcnow
 
     return {"pid": os.getpid(), "host": settings.host, "port": settings.port, "url": settings.url,
             "api_base": f"{settings.url}/api", "started_at": utcnow(), "data_dir": str(settings.data_dir),
@@ -150,7 +150,7 @@ def _healthy(url: str, timeout: float = 2.0) -> bool:
 
 def status(data_dir: Path) -> dict[str, Any]:
     """Whether a backend runs on this data dir, where, and whether it answers."""
-    from synth_ai.backend.auth import keys_path
+    from synth_ai.env.backend_keys import keys_path
 
     _, _, log_file = state_paths(data_dir)
     state = read_state(data_dir)
@@ -170,7 +170,7 @@ def find_local_backend(data_dir: Path | None = None) -> dict[str, Any] | None:
     This is how a client uses the embedded backend without configuration: the URL from `backend/backend.json`
     (checked live), the key from `backend_keys.json`.
     """
-    from synth_ai.backend.auth import default_key
+    from synth_ai.env.backend_keys import default_key
     from synth_ai.env.paths import data_dir as default_data_dir
 
     root = Path(data_dir) if data_dir is not None else default_data_dir(create=False)
@@ -183,7 +183,7 @@ def find_local_backend(data_dir: Path | None = None) -> dict[str, Any] | None:
 def refuse_unguarded_backend(settings: BackendSettings) -> None:
     """On loopback the first start creates the backend's key; on any other address a key must exist already, so
     the backend is never reachable from other machines before someone holds a key for it."""
-    from synth_ai.backend.auth import accepted_keys, keys_path
+    from synth_ai.env.backend_keys import accepted_keys, keys_path
     from synth_ai.env.exposure import refuse_unguarded
 
     refuse_unguarded(settings.host, settings.port, "the backend", guarded=bool(accepted_keys(settings.data_dir)),

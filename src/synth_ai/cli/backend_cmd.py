@@ -32,13 +32,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the backend (API and dashboard at /) in the foreground until Ctrl-C."""
         from synth_ai.backend.daemon import serve
-        from synth_ai.backend.settings import BackendSettings
+        from synth_ai.backend.server_settings import BackendSettings
 
         out = output_of(ctx)
         settings = BackendSettings.load(host=host, port=port, traces=traces, executor=executor)
 
         def ready(state: dict) -> None:
-            from synth_ai.backend.auth import keys_path
+            from synth_ai.env.backend_keys import keys_path
 
             if out.json_mode:
                 return
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start the backend in the background (pid and log under the data dir)."""
         from synth_ai.backend.daemon import start
-        from synth_ai.backend.settings import BackendSettings
+        from synth_ai.backend.server_settings import BackendSettings
 
         out = output_of(ctx, json_flag)
         doc = start(BackendSettings.load(host=host, port=port, traces=traces, executor=executor), timeout=timeout)

@@ -1,7 +1,7 @@
 """`synth-ai backend open`: a one-time dashboard login link from the backend running on this machine.
 
 The link carries a short-lived token the backend issued for this machine's API key, never the key itself
-(`synth_ai.backend.dashboard_auth`); the browser trades it for an HttpOnly cookie.
+(`synth_ai.backend.api.dashboard_auth`); the browser trades it for an HttpOnly cookie.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         from synth_ai.errors import ExitCode
         from synth_ai.eval.flow import Hooks, run_eval
         from synth_ai.eval.report import document, render
-        from synth_ai.eval.settings import EvalOptions
+        from synth_ai.eval.eval_settings import EvalOptions
 
         out = output_of(ctx, json_flag)
         if app_id and app_id_option and app_id != app_id_option:

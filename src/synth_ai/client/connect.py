@@ -18,7 +18,7 @@ from synth_ai.errors import AuthError
 
 
 def embedded_key() -> str | None:
-    from synth_ai.backend.auth import default_key
+    from synth_ai.env.backend_keys import default_key
 
     return default_key()
 
@@ -33,7 +33,7 @@ def locate_embedded(backend: BackendTarget, say: Callable[[str], None], *, autos
     """Where the embedded backend of this machine listens; started in the background when none runs and
     `autostart` allows it."""
     from synth_ai.backend import daemon
-    from synth_ai.backend.settings import BackendSettings
+    from synth_ai.backend.server_settings import BackendSettings
 
     found = daemon.find_local_backend()
     if found is not None:

@@ -345,7 +345,7 @@ def _status_error(method: str, url: str, response: httpx.Response, *, note: str 
 
 
 # 4xx codes whose cause is not the request's shape: a key the task app refuses is an auth problem (exit 4), a task
-# app nobody can reach a network one (exit 5). Codes from `synth_ai.backend.taskapp_probe`.
+# app nobody can reach a network one (exit 5). Codes from `synth_ai.backend.api.taskapp_probe`.
 _ERRORS_BY_CODE: dict[str, type[SynthError]] = {
     "missing_environment_api_key": AuthError, "task_app_auth_failed": AuthError, "task_app_has_no_key": AuthError,
     "task_app_unreachable": NetworkError,

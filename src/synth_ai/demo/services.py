@@ -31,7 +31,7 @@ class Services:
 
     def start_backend(self) -> dict[str, Any]:
         from synth_ai.backend.daemon import start
-        from synth_ai.backend.settings import BackendSettings
+        from synth_ai.backend.server_settings import BackendSettings
 
         doc = start(BackendSettings.load())
         self.started_backend = not doc.get("already_running")
@@ -45,7 +45,7 @@ class Services:
         than a task app waits for one answer, and every concurrent first rollout would time out."""
         import httpx
 
-        from synth_ai.backend.auth import default_key
+        from synth_ai.env.backend_keys import default_key
         from synth_ai.env.paths import data_dir
 
         self.say(f"Loading {model} (built on first use; about a minute on 2 cores) ...")

@@ -86,7 +86,7 @@ def _run_hosted(options: SetupOptions, out: Output, env_file: Path, config_file:
 
 def _run_local(options: SetupOptions, out: Output, env_file: Path, config_file: Path,
                confirm: Callable[[str], bool] | None) -> dict[str, Any]:
-    from synth_ai.backend import auth
+    from synth_ai.env import backend_keys as auth
     from synth_ai.setup.local_keys import ForeignKeyError, plan_local_keys, register_local_keys
 
     if options.dev or options.origin or options.timeout is not None or not options.open_browser:

@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from synth_ai.backend import auth
+from synth_ai.env import backend_keys as auth
 from synth_ai.env.secrets import mask_secret
 from synth_ai.errors import InvalidInputError
 

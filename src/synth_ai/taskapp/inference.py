@@ -79,7 +79,7 @@ def _default_api_key(url: str) -> str | None:
         return os.environ.get("GROQ_API_KEY") or None
     if "/api/inference/" in parts.path:
         if host in {"127.0.0.1", "localhost", "::1"}:
-            from synth_ai.backend.auth import default_key
+            from synth_ai.env.backend_keys import default_key
 
             return default_key() or os.environ.get("SYNTH_API_KEY") or None
         return os.environ.get("SYNTH_API_KEY") or None

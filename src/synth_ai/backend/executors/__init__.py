@@ -1,4 +1,4 @@
-"""Executors: how the scheduler starts a job's worker. The job function (`synth_ai.backend.worker`) is the same
+"""Executors: how the scheduler starts a job's worker. The job function (`synth_ai.backend.jobs.worker`) is the same
 for all of them; they differ only in the process they launch around it.
 
 - `local`: one worker process on this machine (the warm worker may take it).
@@ -19,12 +19,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from synth_ai.backend.db import loads
+from synth_ai.backend.store.db import loads
 from synth_ai.backend.executors.placement import NoExecutorError, choose, job_needs, local_gpu_count
 from synth_ai.errors import InvalidInputError
 
 TORCHRUN_NPROC_ENV = "SYNTH_AI_BACKEND_TORCHRUN_NPROC"
-WORKER_MODULE = "synth_ai.backend.worker"
+WORKER_MODULE = "synth_ai.backend.jobs.worker"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ MANIFEST = "models/staged.json"
 
 def stage_models(data_dir: Path, model: str, bundle: Path) -> None:
     """Copy what `model` needs that only this machine has into `bundle` (a job's data dir to upload)."""
-    from synth_ai.backend.modelstore import ModelStore, is_fine_tuned_id
+    from synth_ai.backend.store.model_store import ModelStore, is_fine_tuned_id
 
     root = model
     if is_fine_tuned_id(model):
@@ -47,7 +47,7 @@ def stage_models(data_dir: Path, model: str, bundle: Path) -> None:
 def register_staged(data_dir: Path) -> list[str]:
     """In the container: register the staged fine-tunes in the job's model store; returns the root bases that must
     be fetched for them (those of LoRA fine-tunes)."""
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
 
     try:
         manifest: dict[str, Any] = json.loads((data_dir / MANIFEST).read_text())

@@ -9,7 +9,7 @@ the Modal app built from it (`build_app`, imports `modal` but needs no token unt
 - Secrets: `synth-ai-training` (HF token and the like) by name; the job's own (its task app's key, its judge's)
   as an ephemeral secret of the run (`remote_needs`).
 
-The remote function body is `remote_job`: it runs the job worker (`synth_ai.backend.worker.run`), the same job
+The remote function body is `remote_job`: it runs the job worker (`synth_ai.backend.jobs.worker.run`), the same job
 function the local executor starts, against the job's data dir on the volume.
 """
 
@@ -170,9 +170,9 @@ def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
     """The job function on Modal (or here, through `.local()`): the backend's job worker on the job's data dir."""
     os.environ["SYNTH_AI_HOME"] = data_dir
     os.environ["SYNTH_AI_BACKEND_EXECUTOR"] = "local"  # the job runs right here, whatever the submitting backend uses
-    from synth_ai.backend.db import Database
-    from synth_ai.backend.settings import BackendSettings
-    from synth_ai.backend.worker import run
+    from synth_ai.backend.store.db import Database
+    from synth_ai.backend.server_settings import BackendSettings
+    from synth_ai.backend.jobs.worker import run
 
     settings = BackendSettings.load()
     settings.ensure_dirs()

@@ -34,23 +34,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from synth_ai.backend import jobs as J
-from synth_ai.backend.db import Database, loads, utcnow
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store.db import Database, loads, utcnow
 from synth_ai.backend.executors.modal_bases import stage_models
 from synth_ai.backend.executors.modal_plan import DEFAULT_TIMEOUT_S, ModalPlan, plan_for
 from synth_ai.backend.executors.modal_transport import DB_RELATIVE, Transport, transport_for
 from synth_ai.backend.executors.placement import job_needs
 from synth_ai.backend.executors.remote_needs import job_secrets
-from synth_ai.backend.settings import BackendSettings
-from synth_ai.backend.worker import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    PARENT_ENV,
-    StopSignal,
-    _die_with_parent,
-    _reason,
-)
+from synth_ai.backend.server_settings import BackendSettings
+from synth_ai.backend.jobs.process_contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PARENT_ENV, die_with_parent
+from synth_ai.backend.jobs.worker import StopSignal, _reason
 from synth_ai.fsutil import atomic_write_text
 
 STATE_FILE = "remote.json"
@@ -141,7 +134,7 @@ class Relay:
             fine_tuned = str(remote["fine_tuned_model"])
             final_dir = self.job_dir / "work" / "final"
             self.transport.download(self.plan, f"backend/jobs/{self.job_id}/work/final", final_dir)
-            from synth_ai.backend.modelstore import ModelStore
+            from synth_ai.backend.store.model_store import ModelStore
 
             root_base = fine_tuned.split(":", 2)[1]
             ModelStore(self.settings.data_dir).register_fine_tuned(fine_tuned, root_base, self.job_id, final_dir)
@@ -163,7 +156,7 @@ class Relay:
 def stage(settings: BackendSettings, db: Database, job: Any, bundle: Path) -> None:
     """The job's own data dir: a database with this job (queued, attempt 1) and its files, their blobs, and the
     model files only this machine has (`modal_bases`; registry models are downloaded by the container)."""
-    from synth_ai.backend.storage import BlobStore
+    from synth_ai.backend.store.blobs import BlobStore
 
     remote = BackendSettings(data_dir=bundle)
     remote.ensure_dirs()
@@ -200,7 +193,7 @@ def run(job_id: str) -> int:
     stop = StopSignal(store, job_id, parent)
     signal.signal(signal.SIGTERM, lambda *_: stop.terminated.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    die_with_parent()
     kind = job["kind"]
     if not store.transition(job_id, "running", only_from={"queued", "running"}, worker_pid=os.getpid(),
                             started_at=job["started_at"] or utcnow(),

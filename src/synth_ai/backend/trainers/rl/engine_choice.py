@@ -17,26 +17,18 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
 from typing import Any
 
+from synth_ai.backend.inference.vllm_options import (  # noqa: F401 - llm_kwargs re-exported
+    DEFAULT_GPU_MEMORY,
+    VLLM_INSTALL_HINT,
+    VllmOptions,
+    llm_kwargs,
+)
 from synth_ai.errors import InvalidInputError, UnavailableError
 
 ENGINE_ENV = "SYNTH_AI_ROLLOUT_ENGINE"
 ENGINES = ("auto", "builtin", "vllm")
-DEFAULT_GPU_MEMORY = 0.45
-VLLM_INSTALL_HINT = ("Install the vllm extra in the backend's environment on a GPU machine: "
-                     "pip install 'synth-ai[vllm]' (or set SYNTH_AI_ROLLOUT_ENGINE=builtin).")
-
-
-@dataclass(frozen=True)
-class VllmOptions:
-    tensor_parallel_size: int = 1
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY
-    limit_mm_per_prompt: dict[str, int] | None = None
-
-
 def vllm_options(spec: dict[str, Any]) -> VllmOptions | None:
     """The job's `[vllm]` table (None when it has none), checked."""
     data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
@@ -65,23 +57,6 @@ def vllm_options(spec: dict[str, Any]) -> VllmOptions | None:
     return VllmOptions(tensor_parallel_size=positive("tensor_parallel_size", 1),
                        max_model_len=positive("max_model_len", None), gpu_memory_utilization=float(memory),
                        limit_mm_per_prompt=dict(limits) if limits else None)
-
-
-def llm_kwargs(options: VllmOptions, model_path: str, *, seed: int, bf16: bool) -> dict[str, Any]:
-    """Arguments for `vllm.LLM`: the `[vllm]` settings plus what the trainer needs of the engine."""
-    kwargs: dict[str, Any] = {
-        "model": model_path, "tokenizer": model_path, "tensor_parallel_size": options.tensor_parallel_size,
-        "gpu_memory_utilization": options.gpu_memory_utilization, "seed": seed,
-        "dtype": "bfloat16" if bf16 else "float32", "enable_prefix_caching": True,
-        # GSPO's old log-probs are under the sampling distribution (temperature, top-p, top-k applied), as the
-        # built-in engine records them
-        "logprobs_mode": "processed_logprobs",
-    }
-    if options.max_model_len is not None:
-        kwargs["max_model_len"] = options.max_model_len
-    if options.limit_mm_per_prompt:
-        kwargs["limit_mm_per_prompt"] = dict(options.limit_mm_per_prompt)
-    return kwargs
 
 
 def vllm_installed() -> bool:

@@ -27,11 +27,11 @@ from synth_ai.backend.trainers.rl.prefetch import Prefetch, prefetch_allowed
 from synth_ai.backend.trainers.rl.reward_report import judge_rollouts as _judge
 from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_config
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
-from synth_ai.backend.trainers.rl.settings import RLSettings, resolve_rl_settings
+from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_settings
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.types import Rollout
-from synth_ai.backend.trainers.sft import TrainingCancelled
-from synth_ai.backend.trainers.sft import _Silent as SilentReporter
+from synth_ai.backend.trainers.sft.trainer import TrainingCancelled
+from synth_ai.backend.trainers.sft.trainer import _Silent as SilentReporter
 
 MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
 
@@ -45,8 +45,8 @@ def iteration_jobs(settings: RLSettings, iteration: int) -> list[tuple[int, int,
 
 def environment_key_candidates(spec: dict[str, Any], data_dir: Path | None) -> list[str]:
     """Keys to send the task app in X-API-Key: one given with the job first, then the backend's known keys
-    (`synth_ai.backend.auth.environment_keys`)."""
-    from synth_ai.backend.auth import environment_keys
+    (`synth_ai.env.backend_keys.environment_keys`)."""
+    from synth_ai.env.backend_keys import environment_keys
 
     given = [spec.get("environment_api_key"), (spec.get("data") or {}).get("environment_api_key")]
     found = [k for k in given if isinstance(k, str) and k.strip()]

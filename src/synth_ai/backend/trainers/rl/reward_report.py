@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from synth_ai.backend.trainers.rl.judge import Judge, JudgeReport
-from synth_ai.backend.trainers.rl.settings import RLSettings
+from synth_ai.backend.trainers.rl.rl_settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout
 
 

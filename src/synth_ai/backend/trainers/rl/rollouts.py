@@ -16,7 +16,7 @@ from typing import Any
 
 from synth_ai.backend.trainers.rl.advantages import InvalidRollout, read_rewards
 from synth_ai.backend.trainers.rl.policy_exposure import policy_url
-from synth_ai.backend.trainers.rl.settings import RLSettings
+from synth_ai.backend.trainers.rl.rl_settings import RLSettings
 from synth_ai.backend.trainers.rl.task_client import TaskAppClient, TaskAppTimeout, TaskAppUnreachable
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.env.secrets import redact

@@ -21,7 +21,7 @@ from typing import Any
 
 from synth_ai.backend.trainers import distributed
 from synth_ai.backend.trainers.rl.advantages import group_returns, turn_advantages
-from synth_ai.backend.trainers.rl.settings import RLSettings
+from synth_ai.backend.trainers.rl.rl_settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout, Sample
 from synth_ai.errors import InvalidInputError
 

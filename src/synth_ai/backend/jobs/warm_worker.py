@@ -1,8 +1,8 @@
 """Warm workers: a job worker process started before its job, with the training stack already imported.
 
-A cold worker (`python -m synth_ai.backend.worker <job_id>`) spends most of a small job's life importing torch,
+A cold worker (`python -m synth_ai.backend.jobs.worker <job_id>`) spends most of a small job's life importing torch,
 transformers and peft (9-11 s here). So the scheduler keeps one process ready ahead of time:
-`python -m synth_ai.backend.worker --warm` imports the stack and the trainers, says `ready` on its stdout pipe and
+`python -m synth_ai.backend.jobs.worker --warm` imports the stack and the trainers, says `ready` on its stdout pipe and
 blocks reading a job id from its stdin pipe. When a job is due, the scheduler writes the id; the process sends its
 output to the job's `worker.log`, moves into the job's folder and runs the job exactly as a cold worker does (same
 signals, PR_SET_PDEATHSIG, exit codes, one process per job, exits when the job ends). The scheduler then starts a
@@ -24,9 +24,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from synth_ai.backend.settings import BackendSettings
+from synth_ai.backend.server_settings import BackendSettings
 
 log = logging.getLogger("synth_ai.backend.scheduler")
 
@@ -35,9 +36,9 @@ EXIT_NO_STACK = 3  # the warm process could not import the training stack
 STACK = ("torch", "transformers", "peft")
 # Imported ahead of a job: the stack, the trainers and the model code the bundled models use (transformers loads
 # model classes lazily, on first use).
-PRELOAD = ("torch", "transformers", "peft", "synth_ai.backend.trainers.sft", "synth_ai.backend.trainers.sft_data",
+PRELOAD = ("torch", "transformers", "peft", "synth_ai.backend.trainers.sft.trainer", "synth_ai.backend.trainers.sft.data",
            "synth_ai.backend.trainers.checkpoints", "synth_ai.backend.ml.loading", "synth_ai.backend.ml.templates",
-           "synth_ai.backend.modelstore")
+           "synth_ai.backend.store.model_store")
 PRELOAD_OPTIONAL = ("synth_ai.backend.trainers.rl", "transformers.models.qwen3.modeling_qwen3",
                     "transformers.models.qwen3_vl.modeling_qwen3_vl", "transformers.models.auto.modeling_auto",
                     "transformers.models.auto.tokenization_auto", "transformers.models.auto.processing_auto",
@@ -58,11 +59,12 @@ def preload() -> None:
             pass
 
 
-def serve() -> int:
-    """Body of `python -m synth_ai.backend.worker --warm`: import, say ready, wait for a job id, run that job."""
-    from synth_ai.backend.worker import EXIT_OK, _die_with_parent, run
+def serve(run: Callable[[str], int]) -> int:
+    """Body of `python -m synth_ai.backend.jobs.worker --warm`: import, say ready, wait for a job id, then
+    `run(job_id)` (the worker's job function)."""
+    from synth_ai.backend.jobs.process_contract import EXIT_OK, die_with_parent
 
-    _die_with_parent()
+    die_with_parent()
     handshake = os.fdopen(os.dup(1), "wb", buffering=0)
     started = time.monotonic()
     try:
@@ -166,14 +168,14 @@ class WarmPool:
 
     # Internals ------------------------------------------------------------------------------------------------
     def _spawn(self) -> None:
-        from synth_ai.backend.worker import PARENT_ENV
+        from synth_ai.backend.jobs.process_contract import PARENT_ENV
 
         env = dict(self.env)
         env[PARENT_ENV] = str(os.getpid())
         try:
             with open(self.log_path, "ab") as err:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "synth_ai.backend.worker", WARM_FLAG], stdin=subprocess.PIPE,
+                    [sys.executable, "-m", "synth_ai.backend.jobs.worker", WARM_FLAG], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=err, env=env, cwd=str(self.settings.root),
                     start_new_session=True, close_fds=True)
         except OSError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from synth_ai.backend.errors import ApiError
+from synth_ai.backend.http_errors import ApiError
 from synth_ai.errors import SynthError
 
 STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")

@@ -8,13 +8,13 @@ from typing import Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
-from synth_ai.backend import jobs as J
-from synth_ai.backend.app import Backend, get_backend
-from synth_ai.backend.db import MAX_INTEGER
-from synth_ai.backend.errors import ApiError, not_found
-from synth_ai.backend.files import DATASET_PURPOSES
-from synth_ai.backend.payloads import check_sft_body, sft_file_ids
-from synth_ai.backend.routes.jobs_common import (
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.api.state import Backend, get_backend
+from synth_ai.backend.store.db import MAX_INTEGER
+from synth_ai.backend.http_errors import ApiError, not_found
+from synth_ai.backend.store.files import DATASET_PURPOSES
+from synth_ai.backend.api.job_bodies import check_sft_body, sft_file_ids
+from synth_ai.backend.api.routes.jobs_common import (
     add_job_routes,
     idempotent_create,
     list_jobs_doc,
@@ -47,7 +47,7 @@ def _check_file(backend: Backend, file_id: str, role: str) -> None:
                        hint="Upload the dataset again with purpose=fine-tune.",
                        details={"file_id": file_id, "role": role, "purpose": row["purpose"]})
     if row["status"] == "invalid":
-        from synth_ai.backend.db import loads
+        from synth_ai.backend.store.db import loads
 
         errors = loads(row["errors"]) or []
         shown = "; ".join(f"line {e.get('line')}: {e.get('message')}" if e.get("line") else str(e.get("message"))
@@ -67,7 +67,7 @@ def _check_file(backend: Backend, file_id: str, role: str) -> None:
 def _check_trainer_settings(clean: dict[str, Any]) -> None:
     """Let the trainer read the hyperparameters now (pure Python), so a bad value is a 400, not a failed job."""
     try:
-        from synth_ai.backend.trainers.sft import resolve_settings
+        from synth_ai.backend.trainers.sft.trainer import resolve_settings
     except ImportError:
         return
     try:

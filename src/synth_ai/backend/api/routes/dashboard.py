@@ -2,7 +2,7 @@
 it needs (`/api/dashboard/…`: login tokens, a job's checkpoints, eval runs from trace databases).
 
 Everything else the page shows comes from the ordinary API, authenticated by the dashboard cookie
-(`synth_ai.backend.dashboard_auth`). The page is static HTML/JS/CSS from `synth_ai/backend/static/`, shipped in the
+(`synth_ai.backend.api.dashboard_auth`). The page is static HTML/JS/CSS from `synth_ai/backend/static/`, shipped in the
 wheel; it builds its DOM with `textContent` and SVG elements, never HTML strings, and the CSP below forbids inline
 scripts, `eval` and every origin but this one.
 """
@@ -18,13 +18,13 @@ from typing import Any
 from fastapi import APIRouter, Body, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
-from synth_ai.backend import eval_runs
-from synth_ai.backend.app import get_backend
-from synth_ai.backend.auth import bearer_token
-from synth_ai.backend.dashboard_auth import COOKIE, DEFAULT_TTL_S, MAX_TTL_S
-from synth_ai.backend.db import loads
-from synth_ai.backend.errors import ApiError
-from synth_ai.backend.routes.jobs_common import job_doc, load_job
+from synth_ai.backend.api import eval_runs
+from synth_ai.backend.api.state import get_backend
+from synth_ai.backend.api.auth import bearer_token
+from synth_ai.backend.api.dashboard_auth import COOKIE, DEFAULT_TTL_S, MAX_TTL_S
+from synth_ai.backend.store.db import loads
+from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.api.routes.jobs_common import job_doc, load_job
 from synth_ai.errors import NotFoundError
 
 router = APIRouter(tags=["dashboard"])

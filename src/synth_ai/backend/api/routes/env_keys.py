@@ -1,7 +1,7 @@
 """`/api/v1/crypto/public-key`, `/api/v1/env-keys` and `/api/v1/env-keys/verify`: how clients (`serve`, `deploy`,
 `train`, and synth-ai 0.2.17's preflight) hand the backend the ENVIRONMENT_API_KEY of their task app, sealed.
 
-An upload is stored with the keys `setup --local` registers (`backend/auth.py`), so the verify route, the create
+An upload is stored with the keys `setup --local` registers (`env/backend_keys.py`), so the verify route, the create
 probe and the RL worker all find it. Answers never carry the key, not even masked.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Request
 
-from synth_ai.backend import sealed_keys
-from synth_ai.backend.app import get_backend
-from synth_ai.backend.auth import ENV_KEY_NAMES, UPLOADED, register_environment_key, stored_environment_keys
-from synth_ai.backend.errors import ApiError
+from synth_ai.backend.store import sealed_keys
+from synth_ai.backend.api.state import get_backend
+from synth_ai.env.backend_keys import ENV_KEY_NAMES, UPLOADED, register_environment_key, stored_environment_keys
+from synth_ai.backend.http_errors import ApiError
 
 router = APIRouter(tags=["env-keys"])
 

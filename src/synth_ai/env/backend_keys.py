@@ -10,14 +10,13 @@ file when it changes, so a key added while it runs is accepted at once.
 
 `<data dir>/env_keys.json` (0600) lists ENVIRONMENT_API_KEY values registered with the backend: by
 `synth-ai setup --local`, or uploaded sealed through `POST /api/v1/env-keys` (`serve`, `deploy`, `train`; see
-`backend/sealed_keys.py`). `known_environment_keys()` / `environment_keys()` add the process environment's: that is
+`backend/store/sealed_keys.py`). `known_environment_keys()` / `environment_keys()` add the process environment's: that is
 every key the backend knows, what `POST /api/rl/verify_task_app`, the create-time probe of `POST /api/rl/jobs` and
 the RL worker try against a task app.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import os
 import secrets
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from synth_ai.fsutil import write_secret_file
+from synth_ai.timestamps import utcnow
 
 KEYS_FILE = "backend_keys.json"
 ENV_KEYS_FILE = "env_keys.json"
@@ -43,12 +43,6 @@ def _data_dir(data_dir: Path | None) -> Path:
 
 def keys_path(data_dir: Path | None = None) -> Path:
     return _data_dir(data_dir) / KEYS_FILE
-
-
-def _utcnow() -> str:
-    from synth_ai.backend.db import utcnow
-
-    return utcnow()
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -84,7 +78,7 @@ def ensure_keys(data_dir: Path | None = None) -> str:
         default = doc.get("default")
         if not keys:
             key = new_key()
-            doc = {"default": key, "keys": [{"key": key, "name": "default", "created_at": _utcnow()}]}
+            doc = {"default": key, "keys": [{"key": key, "name": "default", "created_at": utcnow()}]}
             _write(path, doc)
             return key
         if not default or default not in {k["key"] for k in keys}:
@@ -102,7 +96,7 @@ def create_key(name: str = "key", *, key: str | None = None, make_default: bool 
         doc = _read(path)
         keys = [k for k in doc.get("keys", []) if isinstance(k, dict) and k.get("key")]
         if value not in {k["key"] for k in keys}:
-            keys.append({"key": value, "name": name, "created_at": _utcnow()})
+            keys.append({"key": value, "name": name, "created_at": utcnow()})
         doc["keys"] = keys
         if make_default or not doc.get("default"):
             doc["default"] = value
@@ -120,46 +114,6 @@ def default_key(data_dir: Path | None = None) -> str | None:
 def accepted_keys(data_dir: Path | None = None) -> list[str]:
     doc = _read(keys_path(data_dir))
     return [str(k["key"]) for k in doc.get("keys", []) if isinstance(k, dict) and k.get("key")]
-
-
-class KeyChecker:
-    """Checks bearer tokens against the key file, re-reading it when its mtime or size changes."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = keys_path(data_dir)
-        self._stamp: tuple[float, int] | None = None
-        self._keys: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def _current(self) -> list[bytes]:
-        try:
-            st = self.path.stat()
-            stamp = (st.st_mtime, st.st_size)
-        except FileNotFoundError:
-            stamp = None
-        with self._lock:
-            if stamp != self._stamp:
-                self._keys = [k.encode() for k in accepted_keys(self.path.parent)] if stamp else []
-                self._stamp = stamp
-            return self._keys
-
-    def check(self, token: str | None) -> bool:
-        if not token:
-            return False
-        candidate = token.encode()
-        ok = False
-        for key in self._current():
-            ok |= hmac.compare_digest(candidate, key)  # no early exit: time does not depend on which key matched
-        return ok
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    if not authorization:
-        return None
-    scheme, _, value = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return value.strip() or None
 
 
 # Environment keys (for verify_task_app, create-time probes and the RL worker) -----------------------------------
@@ -197,7 +151,7 @@ def register_environment_key(key: str, *, name: str = "ENVIRONMENT_API_KEY", sou
     newest `MAX_UPLOADED` are kept: several task apps with different keys can be served at once, so an upload does
     not replace the others; keys registered by `setup --local` are all kept."""
     path = env_keys_path(data_dir)
-    now = _utcnow()
+    now = utcnow()
     with _file_lock:
         doc = _read(path)
         entries = [e for e in doc.get("keys", []) if isinstance(e, dict) and e.get("key")]

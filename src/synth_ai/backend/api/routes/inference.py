@@ -16,8 +16,8 @@ import anyio
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import StreamingResponse
 
-from synth_ai.backend.app import get_backend
-from synth_ai.backend.errors import ApiError
+from synth_ai.backend.api.state import get_backend
+from synth_ai.backend.http_errors import ApiError
 from synth_ai.errors import InvalidInputError, NotFoundError, RateLimitError, SynthError, UnavailableError
 
 router = APIRouter(tags=["inference"])

@@ -7,7 +7,7 @@ comment line (`: keep-alive`) goes out after `?heartbeat=` seconds (default `HEA
 and clients can tell a quiet job from a dead connection. The stream ends with an `end` frame once the job is
 terminal and everything it wrote was sent.
 
-New rows are noticed within `changes.POLL_S` of their commit (see `synth_ai.backend.changes`), so an event reaches
+New rows are noticed within `changes.POLL_S` of their commit (see `synth_ai.backend.api.changes`), so an event reaches
 the client well within a second. Each read is one SQLite read transaction: status and rows come from the same
 snapshot, so a terminal status is never seen before the rows written ahead of it.
 """
@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from synth_ai.backend import jobs as J
-from synth_ai.backend.app import Backend, get_backend
-from synth_ai.backend.db import MAX_INTEGER, transaction
-from synth_ai.backend.errors import ApiError
+from synth_ai.backend.api.state import Backend, get_backend
+from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store.db import MAX_INTEGER, transaction
 
 HEARTBEAT_S = 10.0
 EVENTS_BATCH = 500
@@ -120,8 +120,8 @@ async def job_frames(backend: Backend, job_id: str, cursor: Cursor, heartbeat_s:
                 yield ": keep-alive\n\n"
 
 
-def add_stream_route(router: APIRouter, prefix: str, kind: str) -> None:
-    from synth_ai.backend.routes.jobs_common import load_job
+def add_stream_route(router: APIRouter, prefix: str, kind: str, load_job: Callable[[Backend, str, str], Any]) -> None:
+    """`load_job(backend, job_id, kind)` answers 404 for a job of another kind (the caller's lookup)."""
 
     @router.get(f"{prefix}/{{job_id}}/events/stream")
     def stream_job(request: Request, job_id: str, since_seq: int = Query(0, ge=0, le=MAX_INTEGER),

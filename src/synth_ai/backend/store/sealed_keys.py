@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from synth_ai.backend.errors import ApiError
+from synth_ai.backend.http_errors import ApiError
 from synth_ai.fsutil import write_secret_file
 
 ALG = "libsodium.sealedbox.v1"
@@ -58,7 +58,7 @@ def _load_or_create(data_dir: Path) -> tuple[Any, str]:
                            f"{path}: the backend's sealed-box key file is unreadable ({type(exc).__name__}).",
                            hint=f"Delete {path} and restart the backend (clients then upload their keys again).") \
                 from None
-        from synth_ai.backend.db import utcnow
+        from synth_ai.backend.store.db import utcnow
 
         private = public.PrivateKey.generate()
         public_b64 = base64.b64encode(bytes(private.public_key)).decode("ascii")

@@ -44,7 +44,7 @@ from synth_ai.backend.trainers.common import PROJECTOR_ALIASES  # noqa: F401 - r
 from synth_ai.backend.trainers.common import jsonable as _jsonable
 from synth_ai.backend.trainers.common import save_final as _save_final
 from synth_ai.backend.trainers.common import wrap_lora as _wrap_lora
-from synth_ai.backend.trainers.sft_settings import (  # noqa: F401 - re-exported (rl.settings, routes, tests)
+from synth_ai.backend.trainers.sft.sft_settings import (  # noqa: F401 - re-exported (rl.settings, routes, tests)
     DEFAULT_LORA_TARGETS,
     FULL_KINDS,
     LORA_KINDS,
@@ -79,12 +79,12 @@ def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: 
     from synth_ai.backend.ml.images import env_flag
     from synth_ai.backend.ml.templates import training_template
     from synth_ai.backend.trainers import checkpoints
-    from synth_ai.backend.trainers.sft_data import (Encoder, PixelLoader, collate, data_events, epoch_batches,
+    from synth_ai.backend.trainers.sft.data import (Encoder, PixelLoader, collate, data_events, epoch_batches,
                                                     read_examples)
 
-    from synth_ai.backend.trainers import fsdp
+    from synth_ai.backend.trainers.sft import fsdp
     from synth_ai.backend.trainers.common import load_policy, vision_base_folder
-    from synth_ai.backend.trainers.token_loss import SelectedTokenLoss
+    from synth_ai.backend.trainers.sft.token_loss import SelectedTokenLoss
 
     model_path = model_store.resolve(settings.base_model)  # a base model, or a fine-tune of this backend
     base_path = vision_base_folder(model_store, model_path)

@@ -1,7 +1,7 @@
-"""One job's worker process: `python -m synth_ai.backend.worker <job_id>`.
+"""One job's worker process: `python -m synth_ai.backend.jobs.worker <job_id>`.
 
 Started by the backend's scheduler, one process per job run: for its job, or ahead of time as a warm worker
-(`--warm`, see `synth_ai.backend.warm`) that is handed the job id later. It loads the job from SQLite, runs the
+(`--warm`, see `synth_ai.backend.jobs.warm_worker`) that is handed the job id later. It loads the job from SQLite, runs the
 trainer and writes events, metrics and the final status to the database itself. torch, transformers and peft are
 imported here (through the trainer), never in the API process.
 
@@ -14,7 +14,6 @@ next backend start to resume.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -25,22 +24,25 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from synth_ai.backend import jobs as J
-from synth_ai.backend.db import Database, loads, utcnow
-from synth_ai.backend.settings import BackendSettings
+from synth_ai.backend.jobs.process_contract import (  # noqa: F401 - EXIT_* and PARENT_ENV re-exported
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    PARENT_ENV,
+    die_with_parent,
+)
+from synth_ai.backend.server_settings import BackendSettings
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store.db import Database, loads, utcnow
 from synth_ai.backend.trainers.distributed import rank_from_env
-from synth_ai.backend.trainers.sft_settings import TrainingCancelled
+from synth_ai.backend.trainers.sft.sft_settings import TrainingCancelled
 from synth_ai.env.extras import install_commands
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped because the backend went away; the job stays `running`
-PARENT_ENV = "SYNTH_AI_BACKEND_PARENT_PID"
 CANCEL_POLL_S = 0.5
 PARENT_EXIT_WAIT_S = 1.0  # how long a SIGTERM'd worker watches for its parent's exit before calling it a shutdown
 CLAIM_WAIT_S = 120.0  # how long a torchrun rank > 0 waits for rank 0 to claim the job
 
-log = logging.getLogger("synth_ai.backend.worker")
+log = logging.getLogger("synth_ai.backend.jobs.worker")
 
 
 class Reporter:
@@ -119,17 +121,6 @@ class StopSignal:
         return stop
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel for SIGTERM when the backend process dies (Linux only; elsewhere the ppid check covers it)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def job_spec(job: Any, files: dict[str, Path], job_id: str) -> dict[str, Any]:
     """The trainer's view of the job: the stored payload plus local paths of its files."""
     spec = dict(loads(job["payload"]) or {})
@@ -143,7 +134,7 @@ def job_spec(job: Any, files: dict[str, Path], job_id: str) -> dict[str, Any]:
 
 
 def _file_paths(db: Database, settings: BackendSettings, job_id: str) -> dict[str, Path]:
-    from synth_ai.backend.storage import BlobStore
+    from synth_ai.backend.store.blobs import BlobStore
 
     blobs = BlobStore(settings.blobs_dir, settings.tmp_dir)
     rows = db.conn().execute(
@@ -173,7 +164,7 @@ def run(job_id: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.terminated.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent is not None:  # started by a backend (not in a Modal container): die with it
-        _die_with_parent()
+        die_with_parent()
     if stop.parent_gone():
         return EXIT_INTERRUPTED
     if job["status"] in J.TERMINAL:
@@ -242,12 +233,12 @@ def run(job_id: str) -> int:
 def _train(settings: BackendSettings, db: Database, job: Any, workdir: Path, reporter: Any,
            stop: StopSignal) -> dict[str, Any]:
     """The job function: the same for every executor (each torchrun rank, a Modal container, the local worker)."""
-    from synth_ai.backend.modelstore import ModelStore
+    from synth_ai.backend.store.model_store import ModelStore
 
     spec = job_spec(job, _file_paths(db, settings, job["id"]), job["id"])
     model_store = ModelStore(settings.data_dir)
     if job["kind"] == "sft":
-        from synth_ai.backend.trainers.sft import run_sft as trainer
+        from synth_ai.backend.trainers.sft.trainer import run_sft as trainer
     else:
         from synth_ai.backend.trainers.rl import run_rl as trainer  # type: ignore[import-not-found]
     return trainer(spec, workdir=workdir, model_store=model_store, reporter=reporter, should_stop=stop) or {}
@@ -309,12 +300,12 @@ def _interrupted(store: J.JobStore, job_id: str, reporter: Reporter, why: str) -
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args == ["--warm"]:  # wait for a job with the training stack imported (synth_ai.backend.warm)
-        from synth_ai.backend.warm import serve
+    if args == ["--warm"]:  # wait for a job with the training stack imported (synth_ai.backend.jobs.warm_worker)
+        from synth_ai.backend.jobs.warm_worker import serve
 
-        return serve()
+        return serve(run)
     if len(args) != 1:
-        print("usage: python -m synth_ai.backend.worker <job_id>", file=sys.stderr)
+        print("usage: python -m synth_ai.backend.jobs.worker <job_id>", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run(args[0])

@@ -2,7 +2,7 @@
 
 An invalid create body is answered 400 with what is wrong. Without `synth_ai.backend.trainers.rl` (the GSPO
 trainer) a valid one is answered 501; with it, the task app is probed with the keys the backend knows
-(`backend/taskapp_probe.py`: a 400 names the keys tried, masked, and the fix) and the job is stored and queued like
+(`backend/api/taskapp_probe.py`: a 400 names the keys tried, masked, and the fix) and the job is stored and queued like
 SFT jobs (RL jobs start on create, as the reference's client expects: it never calls /start for RL).
 """
 
@@ -15,20 +15,20 @@ import httpx
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
-from synth_ai.backend import jobs as J
-from synth_ai.backend.app import get_backend
-from synth_ai.backend.auth import WITH_JOB, environment_keys, known_environment_keys, register_environment_key
-from synth_ai.backend.db import MAX_INTEGER
-from synth_ai.backend.errors import ApiError
-from synth_ai.backend.payloads import check_rl_body
-from synth_ai.backend.routes.jobs_common import (
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.api.state import get_backend
+from synth_ai.env.backend_keys import WITH_JOB, environment_keys, known_environment_keys, register_environment_key
+from synth_ai.backend.store.db import MAX_INTEGER
+from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.api.job_bodies import check_rl_body
+from synth_ai.backend.api.routes.jobs_common import (
     add_job_routes,
     idempotent_create,
     list_jobs_doc,
     replay,
     require_executor,
 )
-from synth_ai.backend.taskapp_probe import HEADER_STYLES, auth_headers, health_ok, require_usable_task_app, snippet
+from synth_ai.backend.api.taskapp_probe import HEADER_STYLES, auth_headers, health_ok, require_usable_task_app, snippet
 from synth_ai.env.secrets import mask_secret
 
 router = APIRouter(tags=["rl"])
@@ -165,7 +165,7 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
     }
     if not keys:
         doc["message"] = ("The backend knows no ENVIRONMENT_API_KEY: set it in the backend's environment or register "
-                          "it (synth_ai.backend.auth.register_environment_key).")
+                          "it (synth_ai.env.backend_keys.register_environment_key).")
     elif not any_ok:
         doc["message"] = "No key/header combination got 200 from both /health and /task_info."
     return doc

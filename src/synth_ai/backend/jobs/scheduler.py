@@ -6,7 +6,7 @@ job a previous backend left `running`: resumed from its last checkpoint (the wor
 trainer picks up its checkpoint) or failed with the reason.
 
 Jobs are handed to a warm worker (a process that imported the training stack ahead of time, see
-`synth_ai.backend.warm`) when one is ready, else started cold. Workers are started from this one long-lived thread
+`synth_ai.backend.jobs.warm_worker`) when one is ready, else started cold. Workers are started from this one long-lived thread
 because Linux's PR_SET_PDEATHSIG (which the worker uses to notice the backend dying) fires when the *thread* that
 forked it exits.
 """
@@ -22,12 +22,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from synth_ai.backend import jobs as J
-from synth_ai.backend.db import Database, loads
 from synth_ai.backend.executors import NoExecutorError, launch_for
-from synth_ai.backend.settings import BackendSettings
-from synth_ai.backend.warm import WarmPool
-from synth_ai.backend.worker import EXIT_INTERRUPTED, PARENT_ENV
+from synth_ai.backend.jobs.process_contract import EXIT_INTERRUPTED, PARENT_ENV
+from synth_ai.backend.jobs.warm_worker import WarmPool
+from synth_ai.backend.server_settings import BackendSettings
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store.db import Database, loads
 
 log = logging.getLogger("synth_ai.backend.scheduler")
 
@@ -327,7 +327,7 @@ def _is_worker_of(pid: int, job_id: str) -> bool:
     no job id on its command line but works in the job's folder."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"synth_ai.backend.worker" not in cmdline:
+        if b"synth_ai.backend.jobs.worker" not in cmdline:
             return False
         return job_id.encode() in cmdline or Path(os.readlink(f"/proc/{pid}/cwd")).name == job_id
     except OSError:

@@ -12,7 +12,7 @@ import secrets
 import sqlite3
 from typing import Any
 
-from synth_ai.backend.db import Database, dumps, loads, utcnow
+from synth_ai.backend.store.db import Database, dumps, loads, utcnow
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ACTIVE = frozenset({"queued", "running"})

@@ -15,9 +15,10 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from synth_ai.timestamps import utcnow  # noqa: F401  (re-exported: the backend imports it from here)
 
 BUSY_TIMEOUT_MS = 30_000
 MAX_INTEGER = 2**63 - 1  # SQLite's largest INTEGER: query parameters above it are refused with a 422
@@ -119,10 +120,6 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
 ]
-
-
-def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def dumps(value: Any) -> str | None:

@@ -10,11 +10,12 @@ from typing import Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
-from synth_ai.backend import idempotency as idem
-from synth_ai.backend import jobs as J
-from synth_ai.backend.app import Backend, get_backend
-from synth_ai.backend.db import MAX_INTEGER, loads
-from synth_ai.backend.errors import ApiError, conflict, not_found
+from synth_ai.backend.api.routes.job_stream import add_stream_route
+from synth_ai.backend.api.state import Backend, get_backend
+from synth_ai.backend.http_errors import ApiError, conflict, not_found
+from synth_ai.backend.store import idempotency as idem
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store.db import MAX_INTEGER, loads
 
 CANCEL_WAIT_EXTRA_S = 5.0
 
@@ -179,9 +180,7 @@ def cancel_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:
 def add_job_routes(router: APIRouter, prefix: str, kind: str) -> None:
     """GET {prefix}/{id}, /status, /events, /events/stream, /metrics, /timeline, /config and POST /start,
     /cancel."""
-    from synth_ai.backend.routes.job_stream import add_stream_route
-
-    add_stream_route(router, prefix, kind)
+    add_stream_route(router, prefix, kind, load_job)
 
     @router.get(f"{prefix}/{{job_id}}")
     def get_job(request: Request, job_id: str) -> dict[str, Any]:

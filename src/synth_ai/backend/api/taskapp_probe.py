@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from synth_ai.backend.auth import KnownKey
-from synth_ai.backend.errors import ApiError
+from synth_ai.env.backend_keys import KnownKey
+from synth_ai.backend.http_errors import ApiError
 from synth_ai.env.secrets import redact
 
 PROBE_TIMEOUT_S = 10.0

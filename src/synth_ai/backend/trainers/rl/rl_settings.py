@@ -11,7 +11,7 @@ from typing import Any
 
 from synth_ai.backend.trainers.rl.judge import JudgeSettings, resolve_judge
 from synth_ai.backend.trainers.rl.step_rewards import StepRewardSettings, resolve_step_rewards
-from synth_ai.backend.trainers.sft import DEFAULT_LORA_TARGETS, FULL_KINDS, LORA_KINDS, _float, _int
+from synth_ai.backend.trainers.sft.trainer import DEFAULT_LORA_TARGETS, FULL_KINDS, LORA_KINDS, _float, _int
 from synth_ai.errors import InvalidInputError
 
 DEFAULT_EPSILON_LOW = 3e-4  # GSPO paper's sequence-level clip range

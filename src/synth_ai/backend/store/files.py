@@ -13,11 +13,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from synth_ai.backend.db import Database, dumps, loads, utcnow
-from synth_ai.backend.jobs import new_id
-from synth_ai.backend.storage import BlobStore, ReceivedUpload
+from synth_ai.backend.store.db import Database, dumps, loads, utcnow
+from synth_ai.backend.store.job_records import new_id
+from synth_ai.backend.store.blobs import BlobStore, ReceivedUpload
 
-log = logging.getLogger("synth_ai.backend.files")
+log = logging.getLogger("synth_ai.backend.store.files")
 
 DATASET_PURPOSES = frozenset({"fine-tune", "fine_tune", "finetune", "sft", "training", "validation",
                               "fine-tune-validation"})
