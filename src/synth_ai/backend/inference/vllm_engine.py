@@ -25,11 +25,7 @@ from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel
 from synth_ai.backend.inference.policy_server import LocalPolicyServer, _NoStore
 from synth_ai.backend.inference.runner import completion
-from synth_ai.backend.inference.vllm_options import (
-    VLLM_INSTALL_HINT,
-    VllmOptions,
-    llm_kwargs,
-)
+from synth_ai.backend.inference.vllm_options import VLLM_INSTALL_HINT, VllmOptions, llm_kwargs
 from synth_ai.errors import UnavailableError
 
 try:
