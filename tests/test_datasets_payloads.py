@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 
-from synth_ai.datasets import validate as validate_module
+from synth_ai.datasets import scan as scan_module
 from synth_ai.datasets.payloads import payload_ok, shorten
 from synth_ai.datasets.records import RecordOptions, check_line
 from synth_ai.datasets.validate import path_text, validate_jsonl
@@ -109,9 +109,9 @@ def test_a_file_validates_the_same_with_and_without_cutting(tmp_path, monkeypatc
              line_of({"messages": [{"role": "user", "content": "hi"}], "metadata": {"url": f"data:x;base64,{B64}"}})]
     path = tmp_path / "mixed.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
-    monkeypatch.setattr(validate_module, "_SHORTEN_MIN", 0)
+    monkeypatch.setattr(scan_module, "_SHORTEN_MIN", 0)
     cutting = validate_jsonl(path, model="synth-ai/tiny-qwen3-vl").to_dict()
-    monkeypatch.setattr(validate_module, "_SHORTEN_MIN", 1 << 40)
+    monkeypatch.setattr(scan_module, "_SHORTEN_MIN", 1 << 40)
     whole = validate_jsonl(path, model="synth-ai/tiny-qwen3-vl").to_dict()
     assert cutting == whole
     assert whole["error_count"] == 3 and whole["warning_count"] == 1

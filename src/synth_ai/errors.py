@@ -1,7 +1,7 @@
 """The one exception tree of synth-ai and the exit codes the CLI maps it to.
 
 Every error a user can cause or fix is a `SynthError`: it carries a message (what happened), a hint (the fix or
-the next command to run) and an exit code. The CLI's error boundary (`synth_ai.cli.main`) renders them; nothing
+the next command to run) and an exit code. The CLI's error boundary (`synth_ai.cli.boundary`) renders them; nothing
 else prints errors. This module imports only the standard library so any layer may raise these.
 """
 

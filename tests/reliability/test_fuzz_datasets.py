@@ -125,7 +125,7 @@ CUT_FILES = st.lists(CUT_LINES, max_size=6).map(b"\n".join)
 
 
 def _cut_or_whole(tmp_path: Path, data: bytes, model: str | None) -> None:
-    import synth_ai.datasets.validate as module
+    import synth_ai.datasets.scan as module
 
     path = tmp_path / "fuzz.jsonl"
     path.write_bytes(data)

@@ -55,7 +55,7 @@ def serve(settings: BackendSettings, *, log_level: str = "info",
     import uvicorn
 
     from synth_ai.backend.api.app import create_app
-    from synth_ai.taskapp.serving import port_in_use
+    from synth_ai.ports import port_in_use
 
     refuse_unguarded_backend(settings)
     lock = _acquire_lock(settings)

@@ -119,7 +119,8 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
 
     Ctrl-C detaches (the job keeps running) and says how to resume. `on_end` runs once the job has ended.
     """
-    from synth_ai.client.follow import follow_job, job_flags, resume_command
+    from synth_ai.client.follow import follow_job
+    from synth_ai.client.follow_common import job_flags, resume_command
     from synth_ai.errors import ExitCode, JobFailedError, SynthError
 
     if not out.json_mode:

@@ -1,14 +1,14 @@
-"""Console entry point and the CLI's single error boundary.
+"""Console entry point: the short path for a plain `files validate`, typer for everything else.
 
-Typed `SynthError`s become a message, a hint and their documented exit code; click usage errors exit 2;
-Ctrl-C exits 130; anything else is a bug: a one-line message (exit 1) unless `SYNTH_DEBUG=1` asks for the
-traceback. No user error ever shows a raw traceback.
+Both run inside the CLI's one error boundary (`synth_ai.cli.boundary`); click's own usage errors are rendered here
+and exit 2. No user error ever shows a raw traceback.
 """
 
 from __future__ import annotations
 
-import os
 import sys
+
+from synth_ai.cli.boundary import fail
 
 # Only what every start needs is imported here: a plain `files validate` call runs without typer or rich
 # (`synth_ai.cli.quick_validate`), so this module's imports are on its start-up path.
@@ -17,10 +17,6 @@ import sys
 def _wants_json(argv: list[str]) -> bool:
     args = argv[: argv.index("--")] if "--" in argv else argv
     return "--json" in args
-
-
-def _debug() -> bool:
-    return os.environ.get("SYNTH_DEBUG", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,51 +64,10 @@ def run_typer(args: list[str]) -> int:
         return fail(exc, output)
 
 
-def fail(exc: BaseException, output) -> int:
-    """The boundary for everything but click's own errors: render `exc` on `output`; return the exit code (or
-    re-raise it under `SYNTH_DEBUG=1`). Shared by both paths of the console entry."""
-    from synth_ai.errors import ExitCode, SynthError, UnavailableError
-
-    if isinstance(exc, SynthError):
-        output.error(exc)
-        if _debug():
-            raise exc
-        return int(exc.exit_code)
-    if isinstance(exc, KeyboardInterrupt):
-        output.error(_interrupted())
-        return int(ExitCode.INTERRUPTED)
-    if _debug():
-        raise exc
-    if isinstance(exc, ImportError):
-        output.error(
-            UnavailableError(
-                f"A dependency this command needs is not installed: {exc.name or exc}.",
-                hint="Install the extra it belongs to, e.g. `pip install 'synth-ai[train]' torch==2.13.0`.",
-            )
-        )
-        return int(ExitCode.UNAVAILABLE)
-    output.error(
-        SynthError(
-            f"Internal error: {type(exc).__name__}: {exc}",
-            hint="This is a bug in synth-ai. Re-run with SYNTH_DEBUG=1 to see the traceback and report it.",
-        )
-    )
-    return int(ExitCode.INTERNAL)
-
-
 def _usage_error(exc: object):
     from synth_ai.errors import ExitCode, SynthError
 
     err = SynthError(getattr(exc, "format_message")(), hint="Run the command with --help to see its options.")
     err.exit_code = ExitCode.USAGE
     err.code = "usage"
-    return err
-
-
-def _interrupted():
-    from synth_ai.errors import ExitCode, SynthError
-
-    err = SynthError("Interrupted.")
-    err.exit_code = ExitCode.INTERRUPTED
-    err.code = "interrupted"
     return err

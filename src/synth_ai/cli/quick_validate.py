@@ -6,7 +6,7 @@ command's own options each given at most once as `--name value`, runs here with 
 Anything else (`--help`, `--name=value`, `-mNAME`, an unknown or repeated option, a value typer would refuse)
 returns None and goes to typer, whose usage errors stay the only ones. The output and exit code are the command's:
 both paths build the result with `report_document`/`render_report`, errors go through the one boundary
-(`main.fail`), and lines are written without rich only where rich would write the same bytes (tests compare both
+(`boundary.fail`), and lines are written without rich only where rich would write the same bytes (tests compare both
 paths byte for byte).
 """
 
@@ -71,7 +71,7 @@ class ValidateCall:
                                     sha256=self.sha256, workers=self.workers)
             out.result(report_document(report), lambda o: render_report(report, o))
         except (Exception, KeyboardInterrupt) as exc:  # the CLI's one boundary renders it
-            from synth_ai.cli.main import fail
+            from synth_ai.cli.boundary import fail
 
             return fail(exc, out)
         return 0 if report.ok else INVALID_INPUT

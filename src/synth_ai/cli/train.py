@@ -82,7 +82,7 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
 
     from synth_ai.cli.follow_view import follow_and_report
     from synth_ai.client.connect import open_api
-    from synth_ai.client.follow import resume_command
+    from synth_ai.client.follow_common import resume_command
     from synth_ai.client.idempotency import IdempotencyStore
     from synth_ai.train.capability import ensure_backend_can_train, released_on_refusal, rerun_command
     from synth_ai.train.submit import Hooks, submit

@@ -7,77 +7,30 @@ them ends with the job id and the command to resume; metric step 0 is kept; the 
 carries `fine_tuned_model`. Clock and sleep are injectable so tests need no real waiting.
 
 A backend with a live event stream (ours) is followed through it (`synth_ai.client.follow_stream`); polling is the
-fallback for one without (the hosted backend).
+fallback for one without (the hosted backend). What both share (statuses, updates, the result, the errors that end
+a follow) is in `synth_ai.client.follow_common`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
+from synth_ai.client.follow_common import (
+    TRANSIENT_ERRORS,
+    FollowResult,
+    JobStatus,
+    Update,
+    command_deadline_passed,
+    confirm_end,
+    deadline_error,
+    hung_call_error,
+    lost_contact_error,
+    read_end,
+    status_text,
+)
 from synth_ai.client.resources import Jobs
-from synth_ai.errors import DeadlineError, NetworkError, RateLimitError, ServerError, SynthError
-
-# What a poll may fail with and still be tried again at the next interval (a run of them ends the follow).
-TRANSIENT_ERRORS = (NetworkError, ServerError, DeadlineError, RateLimitError)
-
-
-class JobStatus(str, Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @classmethod
-    def parse(cls, raw: Any) -> JobStatus | None:
-        """Known statuses and their synonyms; None for anything else (which is not terminal)."""
-        text = str(raw or "").strip().lower()
-        return _SYNONYMS.get(text)
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
-
-
-_SYNONYMS = {
-    "queued": JobStatus.QUEUED, "pending": JobStatus.QUEUED, "created": JobStatus.QUEUED,
-    "running": JobStatus.RUNNING, "in_progress": JobStatus.RUNNING, "training": JobStatus.RUNNING,
-    "succeeded": JobStatus.SUCCEEDED, "completed": JobStatus.SUCCEEDED, "success": JobStatus.SUCCEEDED,
-    "failed": JobStatus.FAILED, "error": JobStatus.FAILED, "errored": JobStatus.FAILED,
-    "cancelled": JobStatus.CANCELLED, "canceled": JobStatus.CANCELLED,
-}
-
-TERMINAL_EVENTS = {
-    "sft.job.completed": JobStatus.SUCCEEDED, "rl.train.completed": JobStatus.SUCCEEDED,
-    "rl.job.completed": JobStatus.SUCCEEDED, "workflow.completed": JobStatus.SUCCEEDED,
-    "training.completed": JobStatus.SUCCEEDED,
-    "sft.job.failed": JobStatus.FAILED, "rl.train.failed": JobStatus.FAILED, "rl.job.failed": JobStatus.FAILED,
-    "workflow.failed": JobStatus.FAILED, "training.failed": JobStatus.FAILED,
-    "sft.job.cancelled": JobStatus.CANCELLED, "rl.job.cancelled": JobStatus.CANCELLED,
-}
-
-
-@dataclass
-class Update:
-    kind: str  # "status" | "event" | "metric" | "timeline"
-    data: dict[str, Any]
-
-
-@dataclass
-class FollowResult:
-    job_id: str
-    status: str
-    job: dict[str, Any] = field(default_factory=dict)
-    fine_tuned_model: str | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return JobStatus.parse(self.status) == JobStatus.SUCCEEDED
-
 
 EVENTS_PAGE = 200
 METRICS_PAGE = 200
@@ -97,57 +50,6 @@ def next_after_step(page: list[dict[str, Any]], after_step: int, limit: int) -> 
     if top - 1 > after_step or len(page) < limit:
         return max(after_step, top - 1)
     return top
-
-
-def job_flags(jobs: Jobs | None) -> str:
-    """The `jobs` command flags that reach the same job again: its family and its backend."""
-    if jobs is None:
-        return ""
-    kind = " --kind rl" if jobs.prefix == "/rl/jobs" else ""
-    return f"{kind} --backend {jobs.t.api_base}"
-
-
-def resume_command(job_id: str, jobs: Jobs | None = None) -> str:
-    """The command that picks the job up again (`jobs events ID --follow` does the same under its old name)."""
-    return f"synth-ai jobs follow {job_id}{job_flags(jobs)}"
-
-
-def deadline_error(jobs: Jobs, job_id: str, status: str | None, timeout: float) -> DeadlineError:
-    return DeadlineError(f"Job {job_id} is still {status or 'pending'} after {timeout:g} s (--poll-timeout).",
-                         hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
-                         details={"job_id": job_id, "status": status})
-
-
-def status_text(job: dict[str, Any]) -> str:
-    return str(job.get("status") or job.get("state") or "").lower()
-
-
-def read_end(event: dict[str, Any], terminal: JobStatus | None, model: str | None
-             ) -> tuple[JobStatus | None, str | None]:
-    """What an event says about the job's end: a terminal status (the first one seen wins) and the
-    `fine_tuned_model` it names, if any."""
-    terminal = terminal or TERMINAL_EVENTS.get(str(event.get("type", "")))
-    data = event.get("data")
-    if isinstance(data, dict) and isinstance(data.get("fine_tuned_model"), str):
-        model = data["fine_tuned_model"]
-    return terminal, model
-
-
-def command_deadline_passed(exc: SynthError) -> bool:
-    """The command's own deadline passed inside a call (a backend that stopped answering): stop, don't retry."""
-    return isinstance(exc, DeadlineError) and isinstance(exc.details, dict) and bool(exc.details.get("deadline"))
-
-
-def hung_call_error(jobs: Jobs, job_id: str, exc: SynthError) -> DeadlineError:
-    return DeadlineError(f"{exc.message} (while following job {job_id})",
-                         hint=f"The job keeps running. Resume with: {resume_command(job_id, jobs)}",
-                         details={**exc.details, "job_id": job_id})
-
-
-def lost_contact_error(jobs: Jobs, job_id: str, failures: int, last: SynthError) -> NetworkError:
-    return NetworkError(f"Lost contact with the backend while following job {job_id} ({failures} failures in a row; "
-                        f"last: {last.message})", hint=f"The job keeps running. Resume with: "
-                        f"{resume_command(job_id, jobs)}", details={"job_id": job_id})
 
 
 def follow_job(
@@ -239,16 +141,3 @@ def follow_job(
             sleep(max(0.0, min(wait, deadline - clock())))
 
     return confirm_end(jobs, job_id, job, terminal, event_model)
-
-
-def confirm_end(jobs: Jobs, job_id: str, job: dict[str, Any], terminal: JobStatus | None,
-                event_model: str | None) -> FollowResult:
-    """Confirm the end over REST: the status payload is the source of truth for fine_tuned_model."""
-    try:
-        job = jobs.get(job_id)
-    except TRANSIENT_ERRORS:
-        pass
-    final = JobStatus.parse(job.get("status") or job.get("state"))
-    status = (final if final is not None and final.terminal else terminal or JobStatus.FAILED).value
-    model = job.get("fine_tuned_model") or event_model
-    return FollowResult(job_id=job_id, status=status, job=job, fine_tuned_model=model)

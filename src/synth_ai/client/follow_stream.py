@@ -1,10 +1,11 @@
 """Following a job through the backend's server-sent-events stream (`GET {prefix}/{id}/events/stream`).
 
-The same contract as the poller in `synth_ai.client.follow` (the same updates, a deadline read from a monotonic
-clock, a run of transient errors ends with the resume command, the end confirmed over REST), but each event arrives
-as it is written instead of at the next poll. A dropped connection reconnects with `Last-Event-ID`, so nothing is
-lost or shown twice. A backend without the route (404, 405, or a reply that is not an event stream: the hosted
-one) raises `StreamUnavailable` before anything was shown, and the caller polls instead.
+The same contract as the poller in `synth_ai.client.follow`, built from the same parts (`follow_common`): the same
+updates, a deadline read from a monotonic clock, a run of transient errors ends with the resume command, the end
+confirmed over REST; but each event arrives as it is written instead of at the next poll. A dropped connection
+reconnects with `Last-Event-ID`, so nothing is lost or shown twice. A backend without the route (404, 405, or a
+reply that is not an event stream: the hosted one) raises `StreamUnavailable` before anything was shown, and the
+caller polls instead.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from synth_ai.client.follow import (
+from synth_ai.client.follow_common import (
     FollowResult,
     JobStatus,
     Update,

@@ -50,7 +50,7 @@ def _unpack(packed: tuple, path: str, max_errors: int) -> DatasetReport:
 
 
 def _scan_range(path: str, start: int, end: int, opts: RecordOptions, max_errors: int, fast: bool) -> DatasetReport:
-    from synth_ai.datasets.validate import scan_lines
+    from synth_ai.datasets.scan import scan_lines
 
     part = DatasetReport(path=path, max_errors=max_errors)
     scan_lines(LineReader(path, hash=False, start=start, end=end), opts, part, fast=fast)

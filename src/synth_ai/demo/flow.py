@@ -11,54 +11,14 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from synth_ai.demo.commands import CommandRunner
 from synth_ai.demo.plan import APP_ID, FAST, FULL, MODEL, RunFiles, Sizes, write_configs
+from synth_ai.demo.report import DemoResult, ModelScore, write_report
 from synth_ai.demo.services import Services
 from synth_ai.errors import InvalidInputError, JobFailedError
-
-
-@dataclass
-class ModelScore:
-    label: str
-    model: str
-    score: float | None
-    job_id: str | None = None
-    errors: int = 0
-
-
-@dataclass
-class DemoResult:
-    run_dir: Path
-    fast: bool
-    scores: list[ModelScore] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    charts: dict[str, str] = field(default_factory=dict)
-    sft_examples: int = 0
-    seconds: float = 0.0
-    stopped: list[str] = field(default_factory=list)
-
-    @property
-    def baseline(self) -> float | None:
-        return self.scores[0].score if self.scores else None
-
-    @property
-    def final(self) -> float | None:
-        return self.scores[-1].score if self.scores else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_dir": str(self.run_dir), "fast": self.fast, "seconds": round(self.seconds, 1),
-            "baseline": self.baseline, "final": self.final,
-            "improvement": None if self.baseline is None or self.final is None else self.final - self.baseline,
-            "models": [{"label": s.label, "model": s.model, "score": s.score, "job_id": s.job_id,
-                        "errors": s.errors} for s in self.scores],
-            "sft_examples": self.sft_examples, "steps": self.steps, "charts": self.charts,
-            "stopped": self.stopped,
-        }
 
 
 def run_demo(*, run_dir: Path | None, fast: bool, keep: bool, say: Callable[[str], None]) -> DemoResult:
@@ -118,8 +78,6 @@ def run_demo(*, run_dir: Path | None, fast: bool, keep: bool, say: Callable[[str
         result.steps = [r.to_dict() for r in runner.records]
         result.seconds = time.monotonic() - started
         result.stopped = services.stop(keep=keep)
-    from synth_ai.demo.report import write_report
-
     write_report(result)
     return result
 

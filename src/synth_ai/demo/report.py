@@ -1,10 +1,52 @@
-"""The demo's ending: the table of models and their held-out scores, and `report.md` in the run folder."""
+"""The demo's ending: what a run found (`DemoResult`), the table of models and their held-out scores, and
+`report.md` in the run folder."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from synth_ai.demo.flow import DemoResult
+
+@dataclass
+class ModelScore:
+    label: str
+    model: str
+    score: float | None
+    job_id: str | None = None
+    errors: int = 0
+
+
+@dataclass
+class DemoResult:
+    run_dir: Path
+    fast: bool
+    scores: list[ModelScore] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    charts: dict[str, str] = field(default_factory=dict)
+    sft_examples: int = 0
+    seconds: float = 0.0
+    stopped: list[str] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> float | None:
+        return self.scores[0].score if self.scores else None
+
+    @property
+    def final(self) -> float | None:
+        return self.scores[-1].score if self.scores else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir), "fast": self.fast, "seconds": round(self.seconds, 1),
+            "baseline": self.baseline, "final": self.final,
+            "improvement": None if self.baseline is None or self.final is None else self.final - self.baseline,
+            "models": [{"label": s.label, "model": s.model, "score": s.score, "job_id": s.job_id,
+                        "errors": s.errors} for s in self.scores],
+            "sft_examples": self.sft_examples, "steps": self.steps, "charts": self.charts,
+            "stopped": self.stopped,
+        }
+
 
 
 def _fmt(value: float | None) -> str:

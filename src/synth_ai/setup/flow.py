@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from synth_ai.env.env_writer import FileUpdate, check_env_file, display_path
 from synth_ai.env.secrets import mask_secret
@@ -21,7 +21,15 @@ from synth_ai.setup.credentials import config_path, default_env_file, existing_k
 if TYPE_CHECKING:
     import httpx
 
-    from synth_ai.cli.output import Output
+
+class Output(Protocol):
+    """What setup writes through. The CLI passes its `cli.output.Output`; named here because flows sit below the CLI
+    and do not import it."""
+
+    def info(self, text: str) -> None: ...
+    def note(self, text: str) -> None: ...
+    def warn(self, text: str) -> None: ...
+    def result(self, data: Any, human: Callable[[Output], None] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
