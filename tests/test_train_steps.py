@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from backend_support import TINY_TEXT, BackendProcess, serve_backend
 from conftest import REPO_ROOT, run_cli
 
@@ -52,7 +51,7 @@ def math_app():
 
 @pytest.fixture
 def recorder(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    import synth_ai.client.transport as transport
+    from synth_ai.client import transport
 
     monkeypatch.setenv("SYNTH_API_KEY", backend.key)
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)

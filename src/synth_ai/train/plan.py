@@ -16,6 +16,7 @@ from synth_ai.config.loaded import LoadedConfig
 from synth_ai.env.backend_url import BackendTarget
 from synth_ai.env.secrets import mask_secret
 from synth_ai.train.payloads import build_rl_payload, build_sft_payload
+from synth_ai.urls import join_url
 
 FILE_ID = "<training file id, from the upload>"
 VALIDATION_FILE_ID = "<validation file id, from the upload>"
@@ -135,9 +136,9 @@ def plan_rl(config: LoadedConfig, backend: BackendTarget, *, api_key: str | None
     task_headers = {"X-API-Key": masked_env_key, "X-API-Keys": masked_env_key, "Authorization": f"Bearer {masked_env_key}"}
     json_auth = {**auth, "Content-Type": "application/json"}
     plan = TrainPlan("rl", backend)
-    plan.requests.append(Step(CHECK_HEALTH, "check task app health", "GET", f"{config.task_url}/health",
+    plan.requests.append(Step(CHECK_HEALTH, "check task app health", "GET", join_url(config.task_url, "health"),
                               task_headers))
-    plan.requests.append(Step(CHECK_TASK_INFO, "check task app task_info", "GET", f"{config.task_url}/task_info",
+    plan.requests.append(Step(CHECK_TASK_INFO, "check task app task_info", "GET", join_url(config.task_url, "task_info"),
                               dict(task_headers)))
     sealed = (f"<ENVIRONMENT_API_KEY ({masked_env_key}) sealed to the key from GET {api}/v1/crypto/public-key>"
               if env_key else masked_env_key)

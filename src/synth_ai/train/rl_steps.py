@@ -12,7 +12,12 @@ from synth_ai.client.idempotency import IdempotencyStore
 from synth_ai.client.resources import SynthAPI
 from synth_ai.env.dotenv_files import get_env
 from synth_ai.env.secrets import mask_secret
-from synth_ai.errors import AuthError, NotFoundError, UnavailableError, error_for_exit_code
+from synth_ai.errors import (
+    AuthError,
+    NotFoundError,
+    UnavailableError,
+    error_for_exit_code,
+)
 from synth_ai.train import plan
 from synth_ai.train.payloads import build_rl_payload
 from synth_ai.train.prepare import PreparedTraining
