@@ -317,8 +317,9 @@ def test_rl_launch_commands(isolated_home: Path, monkeypatch: pytest.MonkeyPatch
     shutil.copy(RL_TEXT_EXAMPLE, isolated_home / "configs" / "rl.toml")
     doc = _dry_run(*argv("rl-launch"))
     assert doc["type"] == "rl" and doc["task_url"] == "http://127.0.0.1:8001"
-    assert [r["step"] for r in doc["requests"]] == ["backend verifies the task app", "check task app health",
-                                                    "check task app task_info", "create the job"]
+    assert [r["step"] for r in doc["requests"]] == ["check task app health", "check task app task_info",
+                                                    "share ENVIRONMENT_API_KEY with the backend, sealed",
+                                                    "backend verifies the task app", "create the job"]
     no_poll = _dry_run(*argv("rl-no-poll", replace={"...": "configs/rl.toml"}))
     assert no_poll["requests"] == doc["requests"]
     monkeypatch.chdir(REPO_ROOT)

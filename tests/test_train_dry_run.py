@@ -65,17 +65,25 @@ def test_rl_dry_run_json(keys, examples: Path):
     assert doc["backend"]["api_base"] == API and doc["backend"]["source"] == "--backend"
     assert doc["task_url"] == "http://127.0.0.1:8001"
     steps = [(r["method"], r["url"]) for r in doc["requests"]]
+    # the order submission runs them in: checked locally before the key is shared, shared before the backend
+    # verifies the app with it
     assert steps == [
-        ("POST", f"{API}/rl/verify_task_app"),
         ("GET", "http://127.0.0.1:8001/health"),
         ("GET", "http://127.0.0.1:8001/task_info"),
+        ("POST", f"{API}/v1/env-keys"),
+        ("POST", f"{API}/rl/verify_task_app"),
         ("POST", f"{API}/rl/jobs"),
     ]
-    verify, health, task_info, create = doc["requests"]
+    assert [r["name"] for r in doc["requests"]] == ["check-task-app-health", "check-task-app-task-info",
+                                                    "share-environment-key", "backend-verifies-task-app",
+                                                    "create-job"]
+    health, task_info, share, verify, create = doc["requests"]
     masked = mask_secret(SYNTH_KEY)
     assert masked == "sk-t…ef"
     assert verify["headers"]["Authorization"] == f"Bearer {masked}"
     assert verify["json"] == {"endpoint_base_url": "http://127.0.0.1:8001"}
+    assert share["headers"]["Authorization"] == f"Bearer {masked}"
+    assert share["json"]["name"] == "ENVIRONMENT_API_KEY" and mask_secret(ENV_KEY) in share["json"]["ciphertext_b64"]
     assert health["headers"]["X-API-Key"] == mask_secret(ENV_KEY) == task_info["headers"]["X-API-Key"]
     assert create["headers"]["Authorization"] == f"Bearer {masked}"
     assert create["headers"]["Content-Type"] == "application/json"
@@ -94,10 +102,11 @@ def test_rl_dry_run_human(keys, examples: Path):
     assert f"Backend: {API} (--backend)" in out
     assert "Dry run: nothing was sent." in out
     positions = [out.index(line) for line in (
-        f"1. POST {API}/rl/verify_task_app",
-        "2. GET http://127.0.0.1:8001/health",
-        "3. GET http://127.0.0.1:8001/task_info",
-        f"4. POST {API}/rl/jobs",
+        "1. GET http://127.0.0.1:8001/health",
+        "2. GET http://127.0.0.1:8001/task_info",
+        f"3. POST {API}/v1/env-keys",
+        f"4. POST {API}/rl/verify_task_app",
+        f"5. POST {API}/rl/jobs",
     )]
     assert positions == sorted(positions)
     assert f"Authorization: Bearer {mask_secret(SYNTH_KEY)}" in out
@@ -128,9 +137,10 @@ def test_rl_dry_run_without_keys_says_so(examples: Path):
     result = _dry("--config", "examples/configs/rl_text_qwen3_4b.toml", "--backend", "https://backend.example.test")
     assert result.exit_code == 0
     doc = result.json()
-    verify, health = doc["requests"][:2]
+    health, _task_info, share, verify = doc["requests"][:4]
     assert "not set" in verify["headers"]["Authorization"]
     assert "not set" in health["headers"]["X-API-Key"]
+    assert "not set" in share["json"]["ciphertext_b64"]
     assert doc["notes"], "a missing API key must be pointed out"
 
 
@@ -142,7 +152,7 @@ def test_rl_dry_run_shows_the_environment_key_submission_would_send(examples: Pa
     result = _dry("--config", "examples/configs/rl_text_qwen3_4b.toml", "--backend", "https://backend.example.test")
     assert result.exit_code == 0, result.stdout
     _no_secret(result)
-    verify, health = result.json()["requests"][:2]
+    health, _task_info, _share, verify = result.json()["requests"][:4]
     assert verify["headers"]["Authorization"] == f"Bearer {mask_secret(SYNTH_KEY)}"
     assert health["headers"]["X-API-Key"] == mask_secret(ENV_KEY)
 
@@ -297,8 +307,8 @@ def test_env_file_provides_task_url_and_keys(examples: Path, tmp_path: Path):
     doc = result.json()
     assert doc["env_files"] == [str(env)]
     assert doc["task_url"] == "http://from-env-file:7"
-    assert doc["requests"][0]["headers"]["Authorization"] == f"Bearer {mask_secret(SYNTH_KEY)}"
-    assert doc["requests"][1]["url"] == "http://from-env-file:7/health"
+    assert doc["requests"][-1]["headers"]["Authorization"] == f"Bearer {mask_secret(SYNTH_KEY)}"
+    assert doc["requests"][0]["url"] == "http://from-env-file:7/health"
 
 
 def test_env_file_does_not_override_process_env(examples: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -336,7 +346,7 @@ def test_nearest_env_file_is_loaded(examples: Path):
 def test_backend_flag_normalised_to_api(examples: Path, flag: str, api: str):
     doc = _dry("--config", "examples/configs/rl_text_qwen3_4b.toml", "--backend", flag).json()
     assert doc["backend"]["api_base"] == api and doc["backend"]["source"] == "--backend"
-    assert doc["requests"][0]["url"] == f"{api}/rl/verify_task_app"
+    assert doc["requests"][3]["url"] == f"{api}/rl/verify_task_app"
     assert doc["requests"][-1]["json"]["metadata"]["backend_base_url"] == api
 
 

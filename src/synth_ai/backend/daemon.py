@@ -22,6 +22,7 @@ from typing import Any
 from synth_ai.backend.server_settings import BackendSettings, state_paths
 from synth_ai.errors import ExitCode, SynthError, UnavailableError
 from synth_ai.fsutil import atomic_write_text
+from synth_ai.processes import pid_alive
 
 LOCK_FILE = "backend.lock"
 START_TIMEOUT_S = 60.0
@@ -122,20 +123,6 @@ def read_state(data_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("pid"), int) else None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not running
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _healthy(url: str, timeout: float = 2.0) -> bool:

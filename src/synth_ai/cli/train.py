@@ -187,7 +187,7 @@ def _print_dry_run(out, prepared) -> None:
         o.info("Dry run: nothing was sent. These are the requests `synth-ai train` would make:")
         for number, request in enumerate(prepared.plan.requests, start=1):
             o.info("")
-            o.info(f"{number}. {request.method} {request.url}    # {request.step}")
+            o.info(f"{number}. {request.method} {request.url}    # {request.description}")
             for name, value in request.headers.items():
                 o.info(f"   {name}: {value}")
             if request.multipart is not None:

@@ -41,6 +41,7 @@ from synth_ai.errors import (
     SynthError,
     UnavailableError,
 )
+from synth_ai.urls import join_url
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS", "DELETE"}
@@ -103,7 +104,7 @@ class Transport:
         self.close()
 
     def url(self, path: str) -> str:
-        return f"{self.api_base}/{path.lstrip('/')}"
+        return join_url(self.api_base, path)
 
     def set_deadline(self, seconds: float, label: str) -> None:
         """Bound every later call, retries and backoff included, to `seconds` from now; `label` says whose

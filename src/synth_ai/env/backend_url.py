@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from synth_ai.errors import InvalidInputError
+from synth_ai.urls import join_url
 
 EMBEDDED_HOST = "127.0.0.1"
 DEFAULT_EMBEDDED_PORT = 8000
@@ -47,7 +48,7 @@ def ensure_api_base(url: str) -> str:
     if not base.startswith(("http://", "https://")):
         raise InvalidInputError(f"Backend URL {url!r} must start with http:// or https://.",
                                 hint="Pass e.g. --backend http://127.0.0.1:8000")
-    return base if base.endswith("/api") else f"{base}/api"
+    return base if base.endswith("/api") else join_url(base, "api")
 
 
 def resolve_backend(flag: str | None = None, environ: Mapping[str, str] | None = None) -> BackendTarget:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from synth_ai.urls import join_url
+
 # Top-level [eval] keys that synth-ai 0.2.17 moves into the policy config.
 POLICY_KEYS = ("temperature", "max_tokens", "reasoning_effort", "system_hint", "tool_choice", "inference_url",
                "thinking_mode", "thinking_budget", "use_vision", "image_only_mode")
@@ -48,7 +50,7 @@ def resolve_inference(cfg: dict[str, Any], backend_flag: str | None, say: Callab
     if backend.embedded and backend.source == "embedded default":
         backend = locate_embedded(backend, say, autostart=True)
     label = "embedded backend" if backend.embedded else backend.source
-    return InferenceTarget(f"{backend.api_base}/inference/v1/chat/completions", label)
+    return InferenceTarget(join_url(backend.api_base, "inference/v1/chat/completions"), label)
 
 
 def rollout_body(*, seed: int, model: str, split: str, cfg: dict[str, Any], target: InferenceTarget) -> dict[str, Any]:

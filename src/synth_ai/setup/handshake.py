@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from synth_ai.errors import AuthError, DeadlineError, InvalidInputError, NetworkError, ServerError
+from synth_ai.urls import join_url
 
 DEFAULT_ORIGIN = "https://www.usesynth.ai"
 DEV_ORIGIN = "http://localhost:3000"
@@ -121,7 +122,7 @@ class Handshake:
 
     def start(self) -> DeviceCode:
         """Ask for a device code."""
-        url = self.origin + INIT_PATH
+        url = join_url(self.origin, INIT_PATH)
         try:
             response = self.http.post(url)
         except httpx.TransportError as exc:
@@ -156,7 +157,7 @@ class Handshake:
         interval = code.interval
         failures = 0
         last = "no answer yet"
-        url = self.origin + TOKEN_PATH
+        url = join_url(self.origin, TOKEN_PATH)
         while True:
             try:
                 response = self.http.post(url, json={"device_code": code.device_code})

@@ -23,6 +23,7 @@ from typing import Any
 
 from synth_ai.errors import AuthError, ExitCode, InvalidInputError, SynthError
 from synth_ai.ports import port_in_use
+from synth_ai.processes import pid_alive
 from synth_ai.taskapp.auth import ENV_KEY, allowed_environment_api_keys, normalize_environment_api_key
 
 DEFAULT_HOST = "127.0.0.1"
@@ -92,19 +93,6 @@ def listening_pids(port: int) -> list[int]:
     return sorted(pids)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie still "exists" until reaped; it no longer holds the port
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def free_port(host: str, port: int, *, grace_s: float = 5.0, echo: Callable[[str], None] = print) -> list[int]:
     """Stop the processes listening on `port`: SIGTERM, then SIGKILL after `grace_s`. Returns the pids stopped."""
     pids = listening_pids(port)
@@ -127,11 +115,11 @@ def free_port(host: str, port: int, *, grace_s: float = 5.0, echo: Callable[[str
                                  hint="Stop it yourself or choose another --port.") from exc
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not any(_alive(p) for p in pids) and not port_in_use(host, port):
+        if not any(pid_alive(p) for p in pids) and not port_in_use(host, port):
             return pids
         time.sleep(0.1)
     for pid in pids:
-        if _alive(pid):
+        if pid_alive(pid):
             echo(f"Process {pid} did not stop after SIGTERM; sending SIGKILL")
             try:
                 os.kill(pid, signal.SIGKILL)

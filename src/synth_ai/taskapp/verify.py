@@ -29,6 +29,7 @@ from typing import Any
 
 from synth_ai.errors import ExitCode
 from synth_ai.taskapp.auth import auth_headers
+from synth_ai.urls import join_url
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_ROLLOUT_TIMEOUT_S = 180.0
@@ -186,10 +187,6 @@ class _Client:
             await self._own.aclose()
 
 
-def _join(base_url: str, path: str) -> str:
-    return base_url.rstrip("/") + path
-
-
 async def _call(name: str, client: Any, method: str, url: str, *, headers: dict[str, str], timeout: float,
                 params: Any = None, json_body: Any = None,
                 accept: tuple[int, ...] = ()) -> tuple[CheckResult | None, Any]:
@@ -203,7 +200,7 @@ async def _call(name: str, client: Any, method: str, url: str, *, headers: dict[
 
 
 async def acheck_root(base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, client: Any = None) -> CheckResult:
-    url = _join(base_url, "/")
+    url = join_url(base_url, "/")
     failure, response = await _call("root", client, "GET", url, headers={}, timeout=timeout)
     if failure:
         return failure
@@ -216,7 +213,7 @@ async def acheck_root(base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, clie
 
 async def acheck_health(base_url: str, api_key: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
                         aliases: Sequence[str] = (), client: Any = None) -> HealthReport:
-    url = _join(base_url, "/health")
+    url = join_url(base_url, "/health")
     failure, response = await _call("health", client, "GET", url, headers=_headers(api_key, aliases),
                                     timeout=timeout)
     if failure:
@@ -233,7 +230,7 @@ async def acheck_health(base_url: str, api_key: str | None, *, timeout: float = 
 
 async def acheck_info(base_url: str, api_key: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
                       aliases: Sequence[str] = (), client: Any = None) -> CheckResult:
-    url = _join(base_url, "/info")
+    url = join_url(base_url, "/info")
     failure, response = await _call("info", client, "GET", url, headers=_headers(api_key, aliases),
                                     timeout=timeout)
     if failure:
@@ -259,7 +256,7 @@ async def acheck_task_info(base_url: str, api_key: str | None, *, seeds: Sequenc
     from synth_ai.taskapp.contracts import TaskInfo
 
     name = "task_instances" if seeds else "task_info"
-    url = _join(base_url, "/task_info")
+    url = join_url(base_url, "/task_info")
     params = [("seeds", str(s)) for s in seeds] or None
     failure, response = await _call(name, client, "GET", url, headers=_headers(api_key, aliases),
                                     timeout=timeout, params=params)
@@ -305,7 +302,7 @@ async def acheck_rollout(base_url: str, api_key: str | None, *, inference_url: s
     from synth_ai.taskapp.contracts import RolloutResponse, rl_response_problems
     from synth_ai.taskapp.inference import with_cid
 
-    url = _join(base_url, "/rollout")
+    url = join_url(base_url, "/rollout")
     headers = _headers(api_key, aliases)
     if not (inference_url and model):
         failure, response = await _call("rollout", client, "POST", url, headers=headers, timeout=timeout,

@@ -16,6 +16,7 @@ import httpx
 from synth_ai.env.backend_keys import KnownKey
 from synth_ai.backend.http_errors import ApiError
 from synth_ai.env.secrets import redact
+from synth_ai.urls import join_url
 
 PROBE_TIMEOUT_S = 10.0
 HEADER_STYLES = ("X-API-Key", "X-API-Keys", "Authorization")
@@ -97,10 +98,10 @@ def require_usable_task_app(base_url: str, known: list[KnownKey], *, timeout: fl
     result = ProbeResult(None)
     with httpx.Client(timeout=timeout, follow_redirects=False, transport=transport) as client:
         for candidate in known:
-            attempt: dict[str, Any] = {"url": f"{base}/health", "key": candidate.describe()}
+            attempt: dict[str, Any] = {"url": join_url(base, "health"), "key": candidate.describe()}
             result.attempts.append(attempt)
             try:
-                response = client.get(f"{base}/health", headers={"X-API-Key": candidate.value})
+                response = client.get(join_url(base, "health"), headers={"X-API-Key": candidate.value})
             except httpx.HTTPError as exc:
                 raise ApiError(400, "task_app_unreachable",
                                f"The task app at {base} cannot be reached from the backend "

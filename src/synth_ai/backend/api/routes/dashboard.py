@@ -26,6 +26,7 @@ from synth_ai.backend.store.db import loads
 from synth_ai.backend.http_errors import ApiError
 from synth_ai.backend.api.routes.jobs_common import job_doc, load_job
 from synth_ai.errors import NotFoundError
+from synth_ai.urls import join_url
 
 router = APIRouter(tags=["dashboard"])
 
@@ -109,8 +110,7 @@ def login_token(request: Request, body: Any = Body(None)) -> dict[str, Any]:
     if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not 1 <= ttl <= MAX_TTL_S:
         raise ApiError(400, "invalid_request", f"ttl_s must be a number of seconds from 1 to {MAX_TTL_S}.")
     token = get_backend(request).login_tokens.issue(key, float(ttl))
-    base = str(request.base_url).rstrip("/")
-    return {"token": token, "url": f"{base}/login?token={token}", "expires_in": ttl}
+    return {"token": token, "url": join_url(str(request.base_url), f"login?token={token}"), "expires_in": ttl}
 
 
 @router.get("/dashboard/jobs/{job_id}")
