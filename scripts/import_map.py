@@ -67,9 +67,10 @@ LAYERS: tuple[Layer, ...] = (
           "registry, env and key files",
           ("synth_ai.config", "synth_ai.datasets", "synth_ai.models", "synth_ai.env")),
     Layer("foundation", "Foundation", "small helpers any layer may use: errors and exit codes, files, JSON, "
-          "loopback HTTP, ports, charts, time",
+          "loopback HTTP, URLs, ports, processes, charts, time",
           ("synth_ai.errors", "synth_ai.fsutil", "synth_ai.lean_json", "synth_ai.loopback_http", "synth_ai.charts",
-           "synth_ai.apidocs", "synth_ai.timestamps", "synth_ai.ports"), ("synth_ai",)),
+           "synth_ai.apidocs", "synth_ai.timestamps", "synth_ai.ports", "synth_ai.processes", "synth_ai.urls"),
+          ("synth_ai",)),
 )
 
 
