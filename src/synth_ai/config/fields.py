@@ -90,6 +90,16 @@ def _non_empty_str(value: Any) -> Any:
     return value
 
 
+def _flag(value: Any) -> Any:
+    """true/false, or those words as strings (what a string-typed TOML value or a JSON body may carry); pydantic's
+    own bool would also take "yes", "on" or 1, which reads too much into a typo."""
+    if isinstance(value, str) and value.strip().lower() in {"true", "false"}:
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise PydanticCustomError("config_type", "expected true or false")
+    return value
+
+
 def _string_list(value: Any) -> Any:
     """A list of strings; a single string (or a comma-separated one) becomes a list."""
     if isinstance(value, str):
@@ -147,5 +157,6 @@ PositiveFloat = Annotated[float, Field(gt=0), BeforeValidator(_positive_float)]
 NonNegativeFloat = Annotated[float, Field(ge=0), BeforeValidator(_non_negative_float)]
 Ratio = Annotated[float, Field(ge=0, le=1), BeforeValidator(_ratio)]
 NonEmptyStr = Annotated[str, Field(min_length=1), BeforeValidator(_non_empty_str)]
+Flag = Annotated[bool, BeforeValidator(_flag)]
 StringList = Annotated[list[str], BeforeValidator(_string_list)]
 Seeds = Annotated[list[int], Field(min_length=1), BeforeValidator(parse_seeds)]
