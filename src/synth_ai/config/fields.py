@@ -51,6 +51,13 @@ def _non_negative_int(value: Any) -> Any:
     return value
 
 
+def _deepspeed_stage(value: Any) -> Any:
+    value = _non_negative_int(value)
+    if value > 3:
+        raise PydanticCustomError("config_range", "expected 0, 1, 2 or 3")
+    return value
+
+
 def _finite_float(value: Any) -> float:
     value = _number(value, kind="a number")
     if not isinstance(value, (int, float)):
@@ -152,6 +159,7 @@ def parse_seeds(value: Any) -> list[int]:
 # (`exclusiveMinimum`, `minimum`/`maximum`, `minLength`, `minItems`); after it, pydantic emits a bare `gt`.
 PositiveInt = Annotated[int, Field(gt=0), BeforeValidator(_positive_int)]
 NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_non_negative_int)]
+DeepSpeedStage = Annotated[int, Field(ge=0, le=3), BeforeValidator(_deepspeed_stage)]
 FiniteFloat = Annotated[float, BeforeValidator(_finite_float)]
 PositiveFloat = Annotated[float, Field(gt=0), BeforeValidator(_positive_float)]
 NonNegativeFloat = Annotated[float, Field(ge=0), BeforeValidator(_non_negative_float)]

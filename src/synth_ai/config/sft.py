@@ -185,9 +185,6 @@ def _check_parallelism(findings: Findings, data: dict[str, Any]) -> None:
     if parallelism.get("bf16") is True and parallelism.get("fp16") is True:
         findings.error(("hyperparameters", "parallelism", "fp16"), "bf16 and fp16 cannot both be on",
                        fix="keep one of them")
-    stage = parallelism.get("deepspeed_stage")
-    if isinstance(stage, int) and not isinstance(stage, bool) and stage > 3:
-        findings.error_found(("hyperparameters", "parallelism", "deepspeed_stage"), "expected 0, 1, 2 or 3", stage)
     compute = table(data, "compute")
     count, nodes = compute.get("gpu_count"), compute.get("nodes", 1)
     tp, pp = parallelism.get("tensor_parallel_size", 1), parallelism.get("pipeline_parallel_size", 1)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from synth_ai.config.common import AlgorithmSection, ComputeSection, LoraSection, PolicySection
 from synth_ai.config.fields import (
     SECTION,
+    DeepSpeedStage,
     Flag,
     NonEmptyStr,
     NonNegativeFloat,
@@ -20,6 +21,7 @@ from synth_ai.config.fields import (
     Ratio,
     StringList,
 )
+
 STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")
 
 
@@ -60,7 +62,7 @@ class ParallelismSection(BaseModel):
     model_config = SECTION
     # The two keys that choose how the model is sharded take only true/false (not pydantic's "yes"/"on"/1).
     use_deepspeed: Flag | None = None
-    deepspeed_stage: NonNegativeInt | None = None
+    deepspeed_stage: DeepSpeedStage | None = None
     fsdp: Flag | None = None
     fsdp_sharding_strategy: NonEmptyStr | None = None  # embedded backend: FULL_SHARD (default) or SHARD_GRAD_OP
     bf16: bool | None = None
@@ -98,9 +100,9 @@ class HyperparametersSection(BaseModel):
     max_seq_length: PositiveInt | None = None
     max_grad_norm: NonNegativeFloat | None = None
     seed: NonNegativeInt | None = None
-    logging_steps: PositiveInt | None = None
-    save_steps: PositiveInt | None = None
-    checkpoint_steps: PositiveInt | None = None  # another spelling of save_steps
+    logging_steps: NonNegativeInt | None = None
+    save_steps: NonNegativeInt | None = None
+    checkpoint_steps: NonNegativeInt | None = None  # another spelling of save_steps (0: unset, for both)
     max_images_per_message: NonNegativeInt | None = None
     # [training.validation] travels here in the job body (synth_ai.train.payloads)
     evaluation_strategy: str | None = None
