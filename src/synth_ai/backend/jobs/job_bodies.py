@@ -19,6 +19,7 @@ from synth_ai.config.rl_schema import RLConfig
 from synth_ai.config.sft_schema import STEP_KEYS, HyperparametersSection, SFTConfig
 from synth_ai.errors import SynthError
 
+
 def _invalid(message: str, *, hint: str | None = None, field: str | None = None) -> ApiError:
     return ApiError(400, "invalid_job", message, hint=hint, details={"field": field} if field else None)
 

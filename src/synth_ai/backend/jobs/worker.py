@@ -35,8 +35,8 @@ from synth_ai.backend.jobs.process_contract import (  # noqa: F401 - EXIT_* and 
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store import job_records as J
 from synth_ai.backend.store.db import Database, loads, utcnow
-from synth_ai.backend.trainers.distributed import rank_from_env
 from synth_ai.backend.trainers.common import TrainingCancelled
+from synth_ai.backend.trainers.distributed import rank_from_env
 from synth_ai.env.extras import install_commands
 
 CANCEL_POLL_S = 0.5

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from synth_ai.backend.trainers.common import DEFAULT_LORA_TARGETS, FULL_KINDS, LORA_KINDS, first_set
 from synth_ai.backend.trainers.rl.judge import JudgeSettings, require_judge_key, resolve_judge
 from synth_ai.backend.trainers.rl.step_rewards import StepRewardSettings, resolve_step_rewards
-from synth_ai.backend.trainers.common import DEFAULT_LORA_TARGETS, FULL_KINDS, LORA_KINDS, first_set
 from synth_ai.config.common import LoraSection
 from synth_ai.config.job_parts import check_part, given, lenient
 from synth_ai.config.rl_schema import RLConfig, RolloutSection, TrainingSection
