@@ -74,6 +74,10 @@ class LoraSection(BaseModel):
     alpha: PositiveFloat | None = None
     dropout: Ratio | None = None
     target_modules: StringList | None = None
+    # other spellings the embedded backend's SFT trainer reads (r, alpha, dropout win when both are set)
+    rank: PositiveInt | None = None
+    lora_alpha: PositiveFloat | None = None
+    lora_dropout: Ratio | None = None
 
 
 class PolicySection(BaseModel):

@@ -90,7 +90,7 @@ def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPat
     """
     union_failures: dict[KeyPath, tuple[list[str], Any, str]] = {}
     for err in exc.errors(include_url=False):
-        loc, is_union_member = _input_location(data, tuple(err["loc"]), err["type"] == "missing")
+        loc, is_union_member = input_location(data, tuple(err["loc"]), err["type"] == "missing")
         path: KeyPath = root + loc
         kind = err["type"]
         if kind == "missing" and not is_union_member:
@@ -103,9 +103,7 @@ def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPat
             findings.error(path, "required key is missing",
                            fix=f"add `{leaf} = ...` under {table}")
             continue
-        message = _TYPE_WORDS.get(kind) or err["msg"]
-        if kind == "literal_error":
-            message = "expected " + err["msg"].removeprefix("Input should be ")
+        message = error_words(err)
         if is_union_member:
             words, _, _ = union_failures.setdefault(path, ([], err.get("input"), kind))
             if message not in words:
@@ -121,7 +119,14 @@ def add_validation_errors(findings: Findings, exc: ValidationError, root: KeyPat
         findings.error_found(path, message, found, fix=_fix_for(kind, path) if len(words) == 1 else None)
 
 
-def _input_location(data: Any, loc: KeyPath, missing: bool) -> tuple[KeyPath, bool]:
+def error_words(err: Any) -> str:
+    """One pydantic error (an item of `ValidationError.errors()`) in the words a config issue uses."""
+    if err["type"] == "literal_error":
+        return "expected " + err["msg"].removeprefix("Input should be ")
+    return _TYPE_WORDS.get(err["type"]) or err["msg"]
+
+
+def input_location(data: Any, loc: KeyPath, missing: bool) -> tuple[KeyPath, bool]:
     """The part of a pydantic error location that names keys of the input, and whether anything was cut off
     (a union member's name). Without the input, the location is taken as it is."""
     if data is None:

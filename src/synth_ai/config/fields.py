@@ -51,6 +51,13 @@ def _non_negative_int(value: Any) -> Any:
     return value
 
 
+def _deepspeed_stage(value: Any) -> Any:
+    value = _non_negative_int(value)
+    if value > 3:
+        raise PydanticCustomError("config_range", "expected 0, 1, 2 or 3")
+    return value
+
+
 def _finite_float(value: Any) -> float:
     value = _number(value, kind="a number")
     if not isinstance(value, (int, float)):
@@ -87,6 +94,16 @@ def _non_empty_str(value: Any) -> Any:
         raise PydanticCustomError("config_type", "expected a string")
     if not value.strip():
         raise PydanticCustomError("config_range", "expected a non-empty string")
+    return value
+
+
+def _flag(value: Any) -> Any:
+    """true/false, or those words as strings (what a string-typed TOML value or a JSON body may carry); pydantic's
+    own bool would also take "yes", "on" or 1, which reads too much into a typo."""
+    if isinstance(value, str) and value.strip().lower() in {"true", "false"}:
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise PydanticCustomError("config_type", "expected true or false")
     return value
 
 
@@ -142,10 +159,12 @@ def parse_seeds(value: Any) -> list[int]:
 # (`exclusiveMinimum`, `minimum`/`maximum`, `minLength`, `minItems`); after it, pydantic emits a bare `gt`.
 PositiveInt = Annotated[int, Field(gt=0), BeforeValidator(_positive_int)]
 NonNegativeInt = Annotated[int, Field(ge=0), BeforeValidator(_non_negative_int)]
+DeepSpeedStage = Annotated[int, Field(ge=0, le=3), BeforeValidator(_deepspeed_stage)]
 FiniteFloat = Annotated[float, BeforeValidator(_finite_float)]
 PositiveFloat = Annotated[float, Field(gt=0), BeforeValidator(_positive_float)]
 NonNegativeFloat = Annotated[float, Field(ge=0), BeforeValidator(_non_negative_float)]
 Ratio = Annotated[float, Field(ge=0, le=1), BeforeValidator(_ratio)]
 NonEmptyStr = Annotated[str, Field(min_length=1), BeforeValidator(_non_empty_str)]
+Flag = Annotated[bool, BeforeValidator(_flag)]
 StringList = Annotated[list[str], BeforeValidator(_string_list)]
 Seeds = Annotated[list[int], Field(min_length=1), BeforeValidator(parse_seeds)]

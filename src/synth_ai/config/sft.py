@@ -1,5 +1,5 @@
-"""SFT config: the schema of synth-ai 0.2.17's `SFTConfig` with its hyperparameter rules, and the resolved form
-the payload builder turns into `POST /learning/jobs`."""
+"""SFT config: the rules across keys of synth-ai 0.2.17's `SFTConfig` (its sections are in
+`synth_ai.config.sft_schema`), and the resolved form the payload builder turns into `POST /learning/jobs`."""
 
 from __future__ import annotations
 
@@ -7,16 +7,10 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from synth_ai.config import model_rules
 from synth_ai.config.common import (
     RL_ALGORITHMS,
     SFT_ALGORITHMS,
-    AlgorithmSection,
-    ComputeSection,
-    LoraSection,
-    PolicySection,
     ResolveContext,
     algorithm_combo,
     algorithm_complete,
@@ -25,118 +19,14 @@ from synth_ai.config.common import (
     table,
 )
 from synth_ai.config.diagnostics import Findings, checked_data, validate_section
-from synth_ai.config.fields import (
-    SECTION,
-    NonEmptyStr,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    Ratio,
-    StringList,
-)
 from synth_ai.config.kinds import FULL_MODES, LORA_MODES, SFT_TRAINING_MODES
 from synth_ai.config.loaded import LoadedConfig
+from synth_ai.config.sft_schema import STEP_KEYS, ModelConfigSection, SFTConfig
 from synth_ai.config.toml_source import TomlSource, display_path
 from synth_ai.errors import InvalidInputError
 from synth_ai.models.registry import ModelInfo, check_trainable, experimental_allowed, resolve_model
 
-STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")
-
-
-class JobSection(BaseModel):
-    model_config = SECTION
-    model: NonEmptyStr | None = None
-    data: str | None = None
-    data_path: str | None = None
-    poll_seconds: PositiveFloat | None = None
-
-
-class DataSection(BaseModel):
-    model_config = SECTION
-    topology: dict[str, Any] | None = None
-    validation_path: str | None = None
-
-
-class ValidationSection(BaseModel):
-    model_config = SECTION
-    enabled: bool | None = None
-    evaluation_strategy: str | None = None
-    eval_steps: NonNegativeInt | None = None
-    save_best_model_at_end: bool | None = None
-    metric_for_best_model: str | None = None
-    greater_is_better: bool | None = None
-
-
-class SFTTrainingSection(BaseModel):
-    model_config = SECTION
-    mode: str | None = None
-    use_qlora: bool | None = None
-    validation: ValidationSection | None = None
-    lora: LoraSection | None = None
-
-
-class ParallelismSection(BaseModel):
-    model_config = SECTION
-    use_deepspeed: bool | None = None
-    deepspeed_stage: NonNegativeInt | None = None
-    fsdp: bool | None = None
-    bf16: bool | None = None
-    fp16: bool | None = None
-    activation_checkpointing: bool | None = None
-    tensor_parallel_size: PositiveInt | None = None
-    pipeline_parallel_size: PositiveInt | None = None
-
-
-class HyperparametersSection(BaseModel):
-    model_config = SECTION
-    n_epochs: PositiveInt | None = None
-    total_steps: PositiveInt | None = None
-    train_steps: PositiveInt | None = None
-    steps: PositiveInt | None = None
-    batch_size: PositiveInt | None = None
-    global_batch: PositiveInt | None = None
-    per_device_batch: PositiveInt | None = None
-    per_device_eval_batch: PositiveInt | None = None
-    gradient_accumulation_steps: PositiveInt | None = None
-    sequence_length: PositiveInt | None = None
-    learning_rate: PositiveFloat | None = None
-    warmup_ratio: Ratio | None = None
-    weight_decay: NonNegativeFloat | None = None
-    train_kind: str | None = None
-    lora_rank: PositiveInt | None = None
-    lora_alpha: PositiveFloat | None = None
-    lora_dropout: Ratio | None = None
-    lora_target_modules: StringList | None = None
-    parallelism: ParallelismSection | None = None
-
-
-class ModelConfigSection(BaseModel):
-    model_config = SECTION
-    supports_vision: bool | None = None
-    max_images_per_message: PositiveInt | None = None
-    vision_processor_id: str | None = None
-    max_model_len: PositiveInt | None = None
-
-
-class SFTConfig(BaseModel):
-    """An SFT training config (`synth-ai train --type sft`)."""
-
-    model_config = SECTION
-    algorithm: AlgorithmSection | None = None
-    job: JobSection
-    compute: ComputeSection | None = None
-    data: DataSection | None = None
-    training: SFTTrainingSection | None = None
-    hyperparameters: HyperparametersSection | None = None
-    # `model_config` is pydantic's own attribute name, so the [model_config] table is reached through an alias.
-    model_config_: ModelConfigSection | None = Field(default=None, alias="model_config")
-    # The product docs override the registry's image limit with `model.max_images_per_message`: a [model] table
-    # takes the [model_config] keys (a top-level `model = "..."` string is the model id, as in 0.2.17).
-    model: ModelConfigSection | NonEmptyStr | None = None
-    policy: PolicySection | None = None
-    lora: LoraSection | None = None
-    tags: dict[str, Any] | None = None
+__all__ = ["STEP_KEYS", "SFTConfig", "load_sft", "uses_lora"]
 
 
 def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
@@ -295,9 +185,6 @@ def _check_parallelism(findings: Findings, data: dict[str, Any]) -> None:
     if parallelism.get("bf16") is True and parallelism.get("fp16") is True:
         findings.error(("hyperparameters", "parallelism", "fp16"), "bf16 and fp16 cannot both be on",
                        fix="keep one of them")
-    stage = parallelism.get("deepspeed_stage")
-    if isinstance(stage, int) and not isinstance(stage, bool) and stage > 3:
-        findings.error_found(("hyperparameters", "parallelism", "deepspeed_stage"), "expected 0, 1, 2 or 3", stage)
     compute = table(data, "compute")
     count, nodes = compute.get("gpu_count"), compute.get("nodes", 1)
     tp, pp = parallelism.get("tensor_parallel_size", 1), parallelism.get("pipeline_parallel_size", 1)

@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.jobs.kinds import job_kind
 from synth_ai.backend.jobs.process_contract import (  # noqa: F401 - EXIT_* and PARENT_ENV re-exported
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -34,8 +35,8 @@ from synth_ai.backend.jobs.process_contract import (  # noqa: F401 - EXIT_* and 
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store import job_records as J
 from synth_ai.backend.store.db import Database, loads, utcnow
+from synth_ai.backend.trainers.common import TrainingCancelled
 from synth_ai.backend.trainers.distributed import rank_from_env
-from synth_ai.backend.trainers.sft.sft_settings import TrainingCancelled
 from synth_ai.env.extras import install_commands
 
 CANCEL_POLL_S = 0.5
@@ -55,7 +56,8 @@ class Reporter:
         self.last_step = -1
 
     def event(self, type: str, message: str, data: dict[str, Any] | None = None, level: str = "info") -> int:  # noqa: A002
-        full = type if type.startswith(f"{self.kind}.") else f"{self.kind}.{type}"
+        prefix = job_kind(self.kind).event_prefix
+        full = type if type.startswith(f"{prefix}.") else f"{prefix}.{type}"
         return self.store.add_event(self.job_id, full, message, data, level)
 
     def metric(self, name: str, step: int, value: float, phase: str = "train") -> None:
@@ -237,11 +239,8 @@ def _train(settings: BackendSettings, db: Database, job: Any, workdir: Path, rep
 
     spec = job_spec(job, _file_paths(db, settings, job["id"]), job["id"])
     model_store = ModelStore(settings.data_dir)
-    if job["kind"] == "sft":
-        from synth_ai.backend.trainers.sft.trainer import run_sft as trainer
-    else:
-        from synth_ai.backend.trainers.rl import run_rl as trainer  # type: ignore[import-not-found]
-    return trainer(spec, workdir=workdir, model_store=model_store, reporter=reporter, should_stop=stop) or {}
+    return job_kind(job["kind"]).run(spec, workdir=workdir, model_store=model_store, reporter=reporter,
+                                     should_stop=stop)
 
 
 def _follow(settings: BackendSettings, db: Database, store: J.JobStore, job: Any, stop: StopSignal) -> int:

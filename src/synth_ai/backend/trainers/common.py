@@ -1,8 +1,10 @@
-"""Pieces both trainers (SFT and RL) use: LoRA wrapping (projector trained in full on Qwen3-VL), saving the final
-model with its card, loading a policy from a base or fine-tuned id, and small helpers. torch/peft imported lazily."""
+"""Pieces both trainers (SFT and RL) use: training-mode spellings, the cancel exception and number readers; LoRA
+wrapping (projector trained in full on Qwen3-VL), saving the final model with its card, loading a policy from a base
+or fine-tuned id, and small helpers. torch/peft imported lazily."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -12,6 +14,55 @@ from typing import Any
 from synth_ai.errors import InvalidInputError
 
 PROJECTOR_ALIASES = {"mm_projector", "projector", "merger", "visual.merger", "multi_modal_projector"}
+# How a training mode may be spelled (SFT's train_kind / [training].mode, RL's [model].trainer_mode).
+FULL_KINDS = {"full", "full_finetune", "full-finetune", "fft", "full_ft", "sft", "supervised_finetune"}
+LORA_KINDS = {"lora", "peft", "qlora"}
+DEFAULT_LORA_TARGETS = "all-linear"
+
+
+class TrainingCancelled(Exception):
+    """`should_stop()` answered True: training stopped between steps (a checkpoint was saved first)."""
+
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        super().__init__(f"training stopped at step {step}")
+        self.step = step
+        self.checkpoint = checkpoint
+
+
+def first_set(*values: Any) -> Any:
+    """The first value that is set (None and "" are unset; 0 and False are values)."""
+    return next((v for v in values if v is not None and v != ""), None)
+
+
+def _int(key: str, value: Any, *, minimum: int = 1) -> int:
+    """A whole number >= minimum, for the trainers' own bounds and keys outside the config models."""
+    if isinstance(value, bool):
+        raise InvalidInputError(f"{key} must be an integer (found {value!r}).")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{key} must be an integer (found {value!r}).") from None
+    if not number.is_integer() or number < minimum:
+        raise InvalidInputError(f"{key} must be an integer >= {minimum} (found {value!r}).")
+    return int(number)
+
+
+def _float(key: str, value: Any, *, low: float | None = None, high: float | None = None,
+           strict_low: bool = False) -> float:
+    """A finite number within the bounds, for the trainers' own bounds and keys outside the config models."""
+    if isinstance(value, bool):
+        raise InvalidInputError(f"{key} must be a number (found {value!r}).")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{key} must be a number (found {value!r}).") from None
+    if not math.isfinite(number) or (low is not None and (number <= low if strict_low else number < low)) or (
+            high is not None and number > high):
+        bounds = f"{'>' if strict_low else '>='} {low}" if low is not None else ""
+        if high is not None:
+            bounds += f"{' and ' if bounds else ''}<= {high}"
+        raise InvalidInputError(f"{key} must be a number {bounds} (found {value!r}).")
+    return number
 
 
 class NullContext:

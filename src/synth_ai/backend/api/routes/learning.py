@@ -13,7 +13,8 @@ from synth_ai.backend.api.state import Backend, get_backend
 from synth_ai.backend.store.db import MAX_INTEGER
 from synth_ai.backend.http_errors import ApiError, not_found
 from synth_ai.backend.store.files import DATASET_PURPOSES
-from synth_ai.backend.api.job_bodies import check_sft_body, sft_file_ids
+from synth_ai.backend.jobs.job_bodies import sft_file_ids
+from synth_ai.backend.jobs.kinds import job_kind
 from synth_ai.backend.api.routes.jobs_common import (
     add_job_routes,
     idempotent_create,
@@ -24,6 +25,7 @@ from synth_ai.backend.api.routes.jobs_common import (
 from synth_ai.errors import SynthError
 
 router = APIRouter(tags=["learning"])
+SFT = job_kind("sft")
 
 FILE_READY_WAIT_S = 120.0
 
@@ -64,27 +66,15 @@ def _check_file(backend: Backend, file_id: str, role: str) -> None:
                        details={"file_id": file_id, "status": row["status"]})
 
 
-def _check_trainer_settings(clean: dict[str, Any]) -> None:
-    """Let the trainer read the hyperparameters now (pure Python), so a bad value is a 400, not a failed job."""
-    try:
-        from synth_ai.backend.trainers.sft.trainer import resolve_settings
-    except ImportError:
-        return
-    try:
-        resolve_settings({**clean, "job_id": "validation"})
-    except SynthError as exc:
-        raise ApiError(400, "invalid_job", exc.message, hint=exc.hint) from None
-
-
 @router.post("/learning/jobs", status_code=201)
 def create_sft_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     backend = get_backend(request)
     replayed = replay(backend, request, body, "POST /learning/jobs")
     if replayed is not None:
         return replayed
-    clean = check_sft_body(body, known_fine_tuned=lambda m: backend.model_store.fine_tuned_entry(m) is not None)
-    _check_trainer_settings(clean)
-    require_executor(backend, "sft", clean["model"], clean)
+    clean = SFT.check_body(body, known_fine_tuned=lambda m: backend.model_store.fine_tuned_entry(m) is not None)
+    SFT.check_settings({**clean, "job_id": "validation"})
+    require_executor(backend, SFT.name, clean["model"], clean)
     training, validation = sft_file_ids(clean)
     _check_file(backend, training, "training")
     for file_id in validation:
@@ -95,8 +85,9 @@ def create_sft_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     files = [(training, "training")] + ([(validation[0], "validation")] if validation else [])
 
     def create(conn) -> tuple[int, dict[str, Any]]:
-        job_id = backend.jobs.insert(conn, kind="sft", training_type=str(clean.get("training_type") or "sft_offline"),
-                                     model=clean["model"], payload=clean, files=files)
+        job_id = backend.jobs.insert(conn, kind=SFT.name, training_type=str(clean.get("training_type")
+                                                                         or SFT.training_type),
+                                     model=clean["model"], payload=clean, files=files, prefix=SFT.id_prefix)
         row = backend.jobs.get(job_id, conn)
         files_rows = conn.execute("SELECT file_id, role FROM job_files WHERE job_id = ?", (job_id,)).fetchall()
         return 201, J.job_json(row, files_rows)
@@ -111,7 +102,7 @@ def list_sft_jobs(request: Request, status: str | None = None, type: str | None 
     return list_jobs_doc(get_backend(request), kind=None, status=status, type_=type, limit=limit, offset=offset)
 
 
-add_job_routes(router, "/learning/jobs", "sft")
+add_job_routes(router, "/learning/jobs", SFT.name)
 
 
 # Models -----------------------------------------------------------------------------------------------------------

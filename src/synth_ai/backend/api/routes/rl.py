@@ -1,14 +1,14 @@
 """`/api/rl/jobs` and `/api/rl/verify_task_app`.
 
-An invalid create body is answered 400 with what is wrong. Without `synth_ai.backend.trainers.rl` (the GSPO
-trainer) a valid one is answered 501; with it, the task app is probed with the keys the backend knows
+An invalid create body is answered 400 with what is wrong (`backend/jobs/job_bodies.py`, then the trainer's own
+settings check, both through the job-kind registry `backend/jobs/kinds.py`). Without the GSPO trainer package a
+valid one is answered 501; with it, the task app is probed with the keys the backend knows
 (`backend/api/taskapp_probe.py`: a 400 names the keys tried, masked, and the fix) and the job is stored and queued like
 SFT jobs (RL jobs start on create, as the reference's client expects: it never calls /start for RL).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import httpx
@@ -20,7 +20,7 @@ from synth_ai.backend.api.state import get_backend
 from synth_ai.env.backend_keys import WITH_JOB, environment_keys, known_environment_keys, register_environment_key
 from synth_ai.backend.store.db import MAX_INTEGER
 from synth_ai.backend.http_errors import ApiError
-from synth_ai.backend.api.job_bodies import check_rl_body
+from synth_ai.backend.jobs.kinds import job_kind
 from synth_ai.backend.api.routes.jobs_common import (
     add_job_routes,
     idempotent_create,
@@ -37,11 +37,7 @@ MAX_CANDIDATES = 15
 VERIFY_TIMEOUT_S = 10.0
 
 
-def rl_available() -> bool:
-    try:
-        return importlib.util.find_spec("synth_ai.backend.trainers.rl") is not None
-    except (ImportError, ValueError):
-        return False
+RL = job_kind("rl")
 
 
 @router.post("/rl/jobs", status_code=201)
@@ -50,8 +46,8 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     replayed = replay(backend, request, body, "POST /rl/jobs")
     if replayed is not None:
         return replayed
-    clean = check_rl_body(body)
-    if not rl_available():
+    clean = RL.check_body(body)
+    if not RL.available():
         raise ApiError(501, "rl_not_available",
                        "RL training is not available on this backend yet: the config is valid, but this embedded "
                        "backend cannot run GSPO jobs.",
@@ -59,16 +55,16 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
                             "use SFT here (synth-ai train --type sft).",
                        details={"model": clean["data"].get("base_model") or clean["data"].get("model")})
     _keep_key_out_of_payload(clean, backend.settings.data_dir)
-    _check_reward_settings(clean["data"]["config"])
+    RL.check_settings({**clean, "job_id": "validation"})  # step rewards, the judge and its key, trainer_mode ...
     data = clean["data"]
     model = data.get("base_model") or data.get("model")
-    require_executor(backend, "rl", str(model or ""), clean)
+    require_executor(backend, RL.name, str(model or ""), clean)
     # Refuse now what the worker would fail on minutes later: no key, every key refused, nothing listening.
     require_usable_task_app(str(data["endpoint_base_url"]), known_environment_keys(backend.settings.data_dir))
 
     def create(conn) -> tuple[int, dict[str, Any]]:
-        job_id = backend.jobs.insert(conn, kind="rl", training_type="rl_online", model=model, payload=clean,
-                                     files=[], prefix="rljob")
+        job_id = backend.jobs.insert(conn, kind=RL.name, training_type=RL.training_type, model=model,
+                                     payload=clean, files=[], prefix=RL.id_prefix)
         backend.jobs.transition(job_id, "queued", only_from={"created"}, conn=conn,
                                 event=(J.EV_QUEUED, "Job queued.", None, "info"), message="queued on create")
         return 201, J.job_json(backend.jobs.get(job_id, conn), [])
@@ -76,25 +72,6 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     response = idempotent_create(backend, request, body, create, "POST /rl/jobs")
     backend.scheduler.wake()
     return response
-
-
-def _check_reward_settings(config: dict[str, Any]) -> None:
-    """Step-reward keys the trainer would refuse, or a `[judge]` it could not call (invalid, or its provider's key
-    missing from this backend's environment), are refused now rather than when the worker starts."""
-    from synth_ai.backend.trainers.rl.judge import require_judge_key
-    from synth_ai.backend.trainers.rl.step_rewards import resolve_step_rewards
-    from synth_ai.errors import InvalidInputError
-
-    training = config.get("training") if isinstance(config.get("training"), dict) else {}
-    try:
-        resolve_step_rewards(training)
-    except InvalidInputError as exc:
-        raise ApiError(400, "invalid_job", exc.message, details={"field": "data.config.training"}) from None
-    try:
-        require_judge_key(config)
-    except InvalidInputError as exc:
-        code = "missing_judge_api_key" if "is not set in the backend's environment" in exc.message else "invalid_judge"
-        raise ApiError(400, code, exc.message, hint=exc.hint, details={"field": "data.config.judge"}) from None
 
 
 def _keep_key_out_of_payload(clean: dict[str, Any], data_dir) -> None:
@@ -112,7 +89,7 @@ def list_rl_jobs(request: Request, status: str | None = None, limit: int = Query
     return list_jobs_doc(get_backend(request), kind="rl", status=status, type_=None, limit=limit, offset=offset)
 
 
-add_job_routes(router, "/rl/jobs", "rl")
+add_job_routes(router, "/rl/jobs", RL.name)
 
 
 # verify_task_app ------------------------------------------------------------------------------------------------

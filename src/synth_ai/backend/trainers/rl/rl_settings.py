@@ -1,7 +1,7 @@
 """The RL job payload (reference §2.2: `data.config` is the whole validated TOML) read into `RLSettings`.
 
-Every value the trainer honours is read here, with the config key that holds it in the error message. Defaults
-are chosen for GSPO on small batches and written down in docs/rl.md.
+Every value the trainer honours is read here; a bad one is refused with the config key that holds it, by the
+config models' own rule. Defaults are chosen for GSPO on small batches and written down in docs/rl.md.
 """
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from synth_ai.backend.trainers.rl.judge import JudgeSettings, resolve_judge
+from synth_ai.backend.trainers.common import DEFAULT_LORA_TARGETS, FULL_KINDS, LORA_KINDS, first_set
+from synth_ai.backend.trainers.rl.judge import JudgeSettings, require_judge_key, resolve_judge
 from synth_ai.backend.trainers.rl.step_rewards import StepRewardSettings, resolve_step_rewards
-from synth_ai.backend.trainers.sft.trainer import DEFAULT_LORA_TARGETS, FULL_KINDS, LORA_KINDS, _float, _int
+from synth_ai.config.common import LoraSection
+from synth_ai.config.job_parts import check_part, given, lenient
+from synth_ai.config.rl_schema import RLConfig, RolloutSection, TrainingSection
 from synth_ai.errors import InvalidInputError
 
 DEFAULT_EPSILON_LOW = 3e-4  # GSPO paper's sequence-level clip range
@@ -74,122 +77,134 @@ class RLSettings:
         return {k: data[k] for k in keep}
 
 
-def _table(config: dict[str, Any], name: str) -> dict[str, Any]:
-    value = config.get(name)
-    return value if isinstance(value, dict) else {}
-
-
 def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
+    """Read an RL job payload into `RLSettings`. The config's types and bounds are the config models'
+    (`synth_ai.config.rl_schema`, checked by `synth_ai.config.job_parts`); what is checked here is what only this
+    trainer decides (the training mode, a sampling temperature above zero, step rewards, the judge)."""
     data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    raw = data.get("config") if isinstance(data.get("config"), dict) else {}
+    config = check_part(RLConfig, raw)
     model_id = data.get("model") or data.get("base_model") or spec.get("model")
     if not isinstance(model_id, str) or not model_id.strip():
         raise InvalidInputError("The RL job names no model.", hint="Set [model].base or [model].source.")
-    task_url = data.get("endpoint_base_url") or _table(config, "services").get("task_url")
+    task_url = data.get("endpoint_base_url") or (config.services.task_url if config.services else None)
     if not isinstance(task_url, str) or not task_url.startswith(("http://", "https://")):
         raise InvalidInputError(f"The RL job has no task app URL (found {task_url!r}).",
                                 hint="Set [services].task_url or pass --task-url.")
-    model_cfg = _table(config, "model") or _table(config, "policy")
-    training = _table(config, "training")
-    rollout = _table(config, "rollout")
-    evaluation = _table(config, "evaluation")
-    kind = str(model_cfg.get("trainer_mode") or "full").strip().lower()
-    if kind in FULL_KINDS:
-        mode = "full"
-    elif kind in LORA_KINDS:
-        mode = "lora"
-    else:
-        raise InvalidInputError(f"[model].trainer_mode must be 'full' or 'lora' (found {kind!r}).")
-
-    def need(table: dict[str, Any], name: str, key: str, default: Any = None, minimum: int = 1) -> int:
-        value = table.get(key, default)
-        if value is None:
-            raise InvalidInputError(f"[{name}].{key} is required for RL training.")
-        return _int(f"[{name}].{key}", value, minimum=minimum)
-
-    iterations = need(training, "training", "num_epochs", 1) * need(training, "training", "iterations_per_epoch", 1)
-    concurrency = need(rollout, "rollout", "max_concurrent_rollouts", 4)
-    if training.get("async_semaphore_max") is not None:
-        concurrency = min(concurrency, need(training, "training", "async_semaphore_max"))
-    policy_config = dict(rollout.get("policy_config") or {})
-    for key in ("thinking_mode", "thinking_budget", "use_vision", "image_only_mode", "max_images_per_step"):
-        if rollout.get(key) is not None:
-            policy_config.setdefault(key, rollout[key])
-    step_rewards = resolve_step_rewards(training)
-    if step_rewards.enabled:  # the reference's task apps read these to emit decision records
-        policy_config.setdefault("step_rewards", step_rewards.for_task_app())
-    temperature = _float("[rollout.policy_config].temperature", policy_config.get("temperature", 1.0), low=0.0)
-    if temperature <= 0:
-        raise InvalidInputError("[rollout.policy_config].temperature must be > 0 for RL (found 0): GSPO needs "
-                                "sampled, varied rollouts.", hint="Use temperature = 1.0.")
-    policy_config["temperature"] = temperature
-    max_images = rollout.get("max_images_per_step")
-    lora = dict(_table(config, "lora") or _table(training, "lora"))
-    rubric = _table(config, "rubric")
-    weights = {"env": 1.0, "event": 0.0, "outcome": 0.0}
-    if rubric.get("enabled", True) is not False and isinstance(rubric.get("weights"), dict):
-        for key in weights:
-            if rubric["weights"].get(key) is not None:
-                weights[key] = _float(f"[rubric.weights].{key}", rubric["weights"][key], low=0.0)
-    eval_seeds: list[int] = []
-    if evaluation:
-        from synth_ai.config.fields import parse_seeds
-
-        try:
-            eval_seeds = parse_seeds(evaluation.get("seeds") or [])
-        except ValueError as exc:  # pydantic's error type is a ValueError
-            raise InvalidInputError(f"[evaluation].seeds: {exc}") from None
-        if evaluation.get("instances"):
-            eval_seeds = eval_seeds[: int(evaluation["instances"])]
-    eval_policy = {k: evaluation[k] for k in ("thinking_mode", "thinking_budget") if evaluation.get(k) is not None}
-    reference = str(_table(config, "reference").get("placement") or "none").lower() != "none"
-    kl_coef = _float("[training].kl_coef", training.get("kl_coef", 0.0), low=0.0)
-    weight_sync = _table(training, "weight_sync")
-    sync_interval = training.get("weight_sync_interval", weight_sync.get("interval", 1))
+    training = config.training or lenient(TrainingSection)()
+    rollout = config.rollout or lenient(RolloutSection)()
+    model_cfg = next((t for t in (config.model, config.policy) if t is not None and given(t)), None)
+    step_rewards = resolve_step_rewards(given(training))
+    policy_config = _policy_config(rollout, step_rewards)
+    kl_coef = first_set(training.kl_coef, 0.0)
+    concurrency = rollout.max_concurrent_rollouts or 4
     return RLSettings(
         job_id=str(spec.get("job_id") or "local"), model_id=model_id.strip(), task_url=task_url.rstrip("/"),
-        mode=mode, iterations=iterations, batch_size=need(training, "training", "batch_size", 4),
-        group_size=need(training, "training", "group_size", 4),
-        learning_rate=_float("[training].learning_rate", training.get("learning_rate", 1e-5), low=0.0,
-                             strict_low=True),
-        max_turns=need(rollout, "rollout", "max_turns", training.get("max_turns", 1)), concurrency=concurrency,
-        weight_sync_interval=_int("[training].weight_sync_interval", sync_interval),
-        log_interval=need(training, "training", "log_interval", 1),
-        gradient_accumulation_steps=need(training, "training", "gradient_accumulation_steps", 1),
-        micro_batch=(need(training, "training", "max_accumulated_minibatch")
-                     if training.get("max_accumulated_minibatch") else None),
-        epsilon_low=_float("[training].clip_epsilon_low", training.get("clip_epsilon_low", DEFAULT_EPSILON_LOW),
-                           low=0.0, strict_low=True),
-        epsilon_high=_float("[training].clip_epsilon_high",
-                            training.get("clip_epsilon_high", DEFAULT_EPSILON_HIGH), low=0.0, strict_low=True),
-        kl_coef=kl_coef, reference=reference and kl_coef > 0,
-        max_grad_norm=_float("[training].max_grad_norm", training.get("max_grad_norm", 1.0), low=0.0),
-        weight_decay=_float("[training].weight_decay", training.get("weight_decay", 0.0), low=0.0),
-        seed=_int("[training].seed", training.get("seed", 0), minimum=0),
-        checkpoint_interval=need(training, "training", "checkpoint_interval", 5),
-        rollout_timeout_s=_float("[training].rollout_timeout_s", training.get("rollout_timeout_s", 300.0),
-                                 low=0.0, strict_low=True),
-        rollout_retries=_int("[training].rollout_retries", training.get("rollout_retries", 2), minimum=0),
-        env_name=rollout.get("env_name"), policy_name=rollout.get("policy_name"),
-        env_config=dict(rollout.get("env_config") or {}), policy_config=policy_config,
-        ops=list(rollout.get("ops") or []), temperature=temperature,
-        max_images_per_step=_image_limit(max_images, model_id.strip()),
-        rubric_weights=weights, step_rewards=step_rewards, judge=resolve_judge(config),
-        eval_every=int(evaluation.get("every_n_iters") or 0) if eval_seeds else 0,
-        eval_seeds=eval_seeds, eval_policy_config=eval_policy,
-        lora_r=_int("[lora].r", lora.get("r", 16)), lora_alpha=_float("[lora].alpha", lora.get("alpha", 32.0),
-                                                                       low=0.0, strict_low=True),
-        lora_dropout=0.0,  # dropout would make the on-policy ratio differ from 1; RL trains without it
-        lora_targets=lora.get("target_modules") or DEFAULT_LORA_TARGETS,
-        label=model_cfg.get("label"),
+        mode=_mode(model_cfg.trainer_mode if model_cfg else None),
+        iterations=(training.num_epochs or 1) * (training.iterations_per_epoch or 1),
+        batch_size=training.batch_size or 4, group_size=training.group_size or 4,
+        learning_rate=training.learning_rate or 1e-5, max_turns=rollout.max_turns or training.max_turns or 1,
+        concurrency=min(concurrency, training.async_semaphore_max or concurrency),
+        weight_sync_interval=training.weight_sync_interval or (training.weight_sync.interval
+                                                               if training.weight_sync else None) or 1,
+        log_interval=training.log_interval or 1,
+        gradient_accumulation_steps=training.gradient_accumulation_steps or 1,
+        micro_batch=training.max_accumulated_minibatch,
+        epsilon_low=training.clip_epsilon_low or DEFAULT_EPSILON_LOW,
+        epsilon_high=training.clip_epsilon_high or DEFAULT_EPSILON_HIGH,
+        kl_coef=kl_coef, reference=kl_coef > 0 and _reference_on(config),
+        max_grad_norm=first_set(training.max_grad_norm, 1.0), weight_decay=first_set(training.weight_decay, 0.0),
+        seed=first_set(training.seed, 0), checkpoint_interval=training.checkpoint_interval or 5,
+        rollout_timeout_s=training.rollout_timeout_s or 300.0, rollout_retries=first_set(training.rollout_retries, 2),
+        env_name=rollout.env_name, policy_name=rollout.policy_name, env_config=dict(rollout.env_config or {}),
+        policy_config=policy_config, ops=list(rollout.ops or []), temperature=policy_config["temperature"],
+        max_images_per_step=_image_limit(rollout.max_images_per_step, model_id.strip()),
+        rubric_weights=_rubric_weights(config), step_rewards=step_rewards, judge=resolve_judge(raw),
+        **_evaluation(config), **_lora(config.lora or training.lora),
+        label=model_cfg.label if model_cfg else None,
     )
 
 
-def _image_limit(value: Any, model_id: str) -> int | None:
-    """`[rollout].max_images_per_step` (at least 1, as the client's config schema says); unset, the model's own
-    per-turn limit from the registry (one for Qwen3-VL), and no limit for a model the registry does not know."""
+def check_rl_job(spec: dict[str, Any]) -> RLSettings:
+    """The create-time check of an RL job: its settings, and a judge this backend could call (the provider's key
+    in its environment). A refusal's `details` name the body field and, for the judge, the 400's code."""
+    config = (spec.get("data") or {}).get("config") or {}
+    try:
+        resolve_step_rewards(config.get("training") if isinstance(config.get("training"), dict) else {})
+    except InvalidInputError as exc:
+        raise InvalidInputError(exc.message, hint=exc.hint, details={"field": "data.config.training"}) from None
+    try:
+        require_judge_key(config)
+    except InvalidInputError as exc:
+        code = "missing_judge_api_key" if "is not set in the backend's environment" in exc.message else "invalid_judge"
+        raise InvalidInputError(exc.message, hint=exc.hint, details={"field": "data.config.judge", "code": code}) \
+            from None
+    return resolve_rl_settings(spec)
+
+
+def _mode(trainer_mode: str | None) -> str:
+    kind = str(trainer_mode or "full").strip().lower()
+    if kind in FULL_KINDS:
+        return "full"
+    if kind in LORA_KINDS:
+        return "lora"
+    raise InvalidInputError(f"[model].trainer_mode must be 'full' or 'lora' (found {kind!r}).")
+
+
+def _policy_config(rollout: Any, step_rewards: StepRewardSettings) -> dict[str, Any]:
+    """What each rollout asks the task app's policy for: [rollout.policy_config], with the [rollout] keys it
+    leaves unset, and the step-reward settings the reference's task apps read to emit decision records."""
+    policy_config = given(rollout.policy_config) if rollout.policy_config is not None else {}
+    for key in ("thinking_mode", "thinking_budget", "use_vision", "image_only_mode", "max_images_per_step"):
+        if getattr(rollout, key) is not None:
+            policy_config.setdefault(key, getattr(rollout, key))
+    if step_rewards.enabled:
+        policy_config.setdefault("step_rewards", step_rewards.for_task_app())
+    temperature = float(first_set(policy_config.get("temperature"), 1.0))
+    if temperature <= 0:
+        raise InvalidInputError(f"[rollout.policy_config].temperature must be > 0 for RL (found {temperature:g}): "
+                                "GSPO needs sampled, varied rollouts.", hint="Use temperature = 1.0.")
+    policy_config["temperature"] = temperature
+    return policy_config
+
+
+def _reference_on(config: Any) -> bool:
+    placement = config.reference.placement if config.reference else None
+    return str(placement or "none").lower() != "none"
+
+
+def _rubric_weights(config: Any) -> dict[str, float]:
+    weights = {"env": 1.0, "event": 0.0, "outcome": 0.0}
+    rubric = config.rubric
+    if rubric is not None and rubric.enabled is not False and rubric.weights is not None:
+        weights.update({k: v for k, v in given(rubric.weights).items() if k in weights and v is not None})
+    return weights
+
+
+def _evaluation(config: Any) -> dict[str, Any]:
+    evaluation = config.evaluation
+    if evaluation is None or not given(evaluation):
+        return {}
+    if not evaluation.seeds:
+        raise InvalidInputError("[evaluation].seeds must list at least one seed (found none).")
+    seeds = evaluation.seeds[: evaluation.instances] if evaluation.instances else list(evaluation.seeds)
+    policy = {k: getattr(evaluation, k) for k in ("thinking_mode", "thinking_budget")
+              if getattr(evaluation, k) is not None}
+    return {"eval_every": evaluation.every_n_iters or 0, "eval_seeds": seeds, "eval_policy_config": policy}
+
+
+def _lora(lora: Any) -> dict[str, Any]:
+    lora = lora or lenient(LoraSection)()
+    return {"lora_r": lora.r or 16, "lora_alpha": lora.alpha or 32.0,
+            "lora_dropout": 0.0,  # dropout would make the on-policy ratio differ from 1; RL trains without it
+            "lora_targets": lora.target_modules or DEFAULT_LORA_TARGETS}
+
+
+def _image_limit(value: int | None, model_id: str) -> int | None:
+    """`[rollout].max_images_per_step` (at least 1, as the config schema says); unset, the model's own per-turn
+    limit from the registry (one for Qwen3-VL), and no limit for a model the registry does not know."""
     if value is not None:
-        return _int("[rollout].max_images_per_step", value, minimum=1)
+        return value
     from synth_ai.models.registry import find_model
 
     parts = model_id.split(":")

@@ -1,7 +1,9 @@
 """Server-side checks of job create bodies (`POST /learning/jobs`, `POST /rl/jobs`).
 
 The client validates configs before sending; the backend checks again because anything can call it (curl, the
-reference client, an old client). Messages follow the reference's wording where it had one (§2.4).
+reference client, an old client). The config parts of a body (SFT `hyperparameters` and
+`metadata.effective_config`, RL `data.config`) are held to the config models' own rules, so a key's type and bounds
+are written once, in `synth_ai.config`. Messages follow the reference's wording where it had one (§2.4).
 """
 
 from __future__ import annotations
@@ -9,29 +11,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from synth_ai.backend.http_errors import ApiError
-from synth_ai.errors import SynthError
+from pydantic import BaseModel
 
-STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")
-POSITIVE_INT_KEYS = (*STEP_KEYS, "batch_size", "global_batch", "per_device_batch", "gradient_accumulation_steps",
-                     "sequence_length")
+from synth_ai.backend.http_errors import ApiError
+from synth_ai.config.job_parts import ConfigKeyError, KeyNamer, check_part, dotted_key, given, toml_key
+from synth_ai.config.rl_schema import RLConfig
+from synth_ai.config.sft_schema import STEP_KEYS, HyperparametersSection, SFTConfig
+from synth_ai.errors import SynthError
 
 
 def _invalid(message: str, *, hint: str | None = None, field: str | None = None) -> ApiError:
     return ApiError(400, "invalid_job", message, hint=hint, details={"field": field} if field else None)
 
 
-def _positive_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    if isinstance(value, float) and value.is_integer():
-        return int(value) if value > 0 else None
-    if isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
-        return number if number > 0 else None
-    return None
+def _config_part(model: type[BaseModel], data: Any, name: KeyNamer, field: str) -> Any:
+    """`data` checked by the config model's rules (`synth_ai.config.job_parts`): a refused value is a 400 that
+    names the key, in the words `synth-ai config validate` uses for it."""
+    try:
+        return check_part(model, data, name)
+    except ConfigKeyError as exc:
+        where = ".".join([field, *(str(p) for p in exc.path)])
+        raise _invalid(exc.message, field=where) from None
 
 
 def check_hyperparameters(hyper: Any) -> dict[str, Any]:
@@ -41,35 +41,8 @@ def check_hyperparameters(hyper: Any) -> dict[str, Any]:
     if not any(k in hyper for k in STEP_KEYS):
         raise _invalid(f"hyperparameters must include at least one of: {', '.join(STEP_KEYS)}",
                        field="hyperparameters")
-    clean = dict(hyper)
-    for key in POSITIVE_INT_KEYS:
-        if key in hyper and hyper[key] is not None:
-            number = _positive_int(hyper[key])
-            if number is None:
-                raise _invalid(f"hyperparameters.{key} must be an integer greater than zero (found {hyper[key]!r})",
-                               field=f"hyperparameters.{key}")
-            clean[key] = number
-    if hyper.get("learning_rate") is not None:
-        try:
-            lr = float(hyper["learning_rate"])
-        except (TypeError, ValueError):
-            lr = -1.0
-        if isinstance(hyper["learning_rate"], bool) or not lr > 0:
-            raise _invalid(f"hyperparameters.learning_rate must be a number greater than zero "
-                           f"(found {hyper['learning_rate']!r})", field="hyperparameters.learning_rate")
-        clean["learning_rate"] = lr
-    if hyper.get("warmup_ratio") is not None:
-        try:
-            ratio = float(hyper["warmup_ratio"])
-        except (TypeError, ValueError):
-            ratio = -1.0
-        if isinstance(hyper["warmup_ratio"], bool) or not 0.0 <= ratio <= 1.0:
-            raise _invalid(f"hyperparameters.warmup_ratio must be between 0 and 1 (found {hyper['warmup_ratio']!r})",
-                           field="hyperparameters.warmup_ratio")
-        clean["warmup_ratio"] = ratio
-    if "train_kind" in hyper and hyper["train_kind"] is not None and not isinstance(hyper["train_kind"], str):
-        raise _invalid("hyperparameters.train_kind must be a string", field="hyperparameters.train_kind")
-    return clean
+    checked = _config_part(HyperparametersSection, hyper, dotted_key("hyperparameters"), "hyperparameters")
+    return {**hyper, **given(checked)}
 
 
 def resolve_model_id(model: Any, *, mode: str, allow_fine_tuned: bool, field: str) -> tuple[str, str]:
@@ -123,6 +96,8 @@ def check_sft_body(body: Any, *, known_fine_tuned: Callable[[str], bool] | None 
     clean.setdefault("training_type", "sft_offline")
     if clean.get("metadata") is not None and not isinstance(clean["metadata"], dict):
         raise _invalid("metadata must be a JSON object", field="metadata")
+    effective = (clean.get("metadata") or {}).get("effective_config")
+    _config_part(SFTConfig, effective, toml_key, "metadata.effective_config")
     return clean
 
 
@@ -143,6 +118,7 @@ def check_rl_body(body: Any) -> dict[str, Any]:
     config = data.get("config")
     if not isinstance(config, dict):
         raise _invalid("data.config must be the RL config as a JSON object", field="data.config")
+    _config_part(RLConfig, config, toml_key, "data.config")
     has_base, has_source = bool(data.get("base_model")), bool(data.get("model"))
     if has_base == has_source:
         raise _invalid("data must name exactly one of base_model (a base model) or model (a fine-tuned source)",
