@@ -169,7 +169,7 @@ def test_restart_recognises_an_orphaned_warm_started_worker(tmp_path):
     import subprocess
     import sys
 
-    from synth_ai.backend.jobs.scheduler import _is_worker_of
+    from synth_ai.backend.jobs.process_contract import is_worker_of
 
     folder = tmp_path / "jobs" / "job_abc"
     folder.mkdir(parents=True)
@@ -179,14 +179,14 @@ def test_restart_recognises_an_orphaned_warm_started_worker(tmp_path):
     try:
         wait_for(lambda: os.path.exists(f"/proc/{fake.pid}/cmdline")
                  and b"--warm" in open(f"/proc/{fake.pid}/cmdline", "rb").read(), timeout=10, what="the process")
-        assert _is_worker_of(fake.pid, "job_abc")
-        assert not _is_worker_of(fake.pid, "job_other")
-        assert not _is_worker_of(other.pid, "job_abc")  # right folder, but not a worker
+        assert is_worker_of(fake.pid, "job_abc")
+        assert not is_worker_of(fake.pid, "job_other")
+        assert not is_worker_of(other.pid, "job_abc")  # right folder, but not a worker
     finally:
         for proc in (fake, other):
             proc.kill()
             proc.wait()
-    assert not _is_worker_of(fake.pid, "job_abc")  # gone
+    assert not is_worker_of(fake.pid, "job_abc")  # gone
 
 
 def _is_zombie(pid: int) -> bool:

@@ -90,18 +90,18 @@ def test_groups_are_dealt_whole_to_the_ranks():
 
 
 def test_the_torchrun_executor_starts_one_rank_per_training_gpu(monkeypatch: pytest.MonkeyPatch):
-    from synth_ai.backend.executors import TORCHRUN_NPROC_ENV, launch_for
+    from synth_ai.backend.executors import TORCHRUN_NPROC_ENV, executor_for
 
     monkeypatch.delenv(TORCHRUN_NPROC_ENV, raising=False)
     monkeypatch.setenv("SYNTH_AI_BACKEND_GPUS", "8")
     config = {"compute": {"gpu_type": "H100", "gpu_count": 8}, "topology": SPLIT}
     row = {"id": "rljob_t", "kind": "rl", "model": "synth-ai/tiny-qwen3",
            "payload": json.dumps({"job_type": "rl", "data": {"config": config}})}
-    launch = launch_for("torchrun", row)
+    launch = executor_for("torchrun", row).launch(row)
     assert launch.processes == 4 and "--nproc-per-node=4" in launch.argv
     monkeypatch.setenv(TORCHRUN_NPROC_ENV, "2")  # the override wins, as for SFT
-    assert launch_for("torchrun", row).processes == 2
-    assert launch_for("local", row).processes == 1
+    assert executor_for("torchrun", row).launch(row).processes == 2
+    assert executor_for("local", row).launch(row).processes == 1
 
 
 def test_a_data_parallel_job_samples_with_the_builtin_engine():

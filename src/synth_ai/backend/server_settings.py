@@ -25,6 +25,10 @@ from pathlib import Path
 from synth_ai.env.backend_url import DEFAULT_EMBEDDED_PORT
 from synth_ai.errors import InvalidInputError
 
+EXECUTORS = ("local", "torchrun", "modal")  # the names `--executor` takes; backend/executors registers one of each
+MODAL_TOKEN_HINT = ("Give this backend a Modal token: run `modal token set --token-id … --token-secret …` (or "
+                    "`modal token new`), or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in the backend's environment, "
+                    "then restart it with `synth-ai backend serve --executor modal`.")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024**3  # 20 GiB
 DEFAULT_SYNC_VALIDATE_BYTES = 64 * 1024**2  # files up to this size are validated before the upload answers
@@ -95,7 +99,6 @@ class BackendSettings:
     @classmethod
     def load(cls, *, data_dir: Path | None = None, host: str | None = None, port: int | None = None,
              traces: list[str] | None = None, executor: str | None = None) -> BackendSettings:
-        from synth_ai.backend.executors.placement import check_executor_name
         from synth_ai.env.backend_url import embedded_port
         from synth_ai.env.paths import data_dir as default_data_dir
 
@@ -155,6 +158,28 @@ class BackendSettings:
                 os.chmod(path, 0o700)
             except OSError:
                 pass
+
+
+def modal_token_configured() -> bool:
+    """A token in the environment or in ~/.modal.toml (looked at, not validated: that needs the network)."""
+    if os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"):
+        return True
+    config = Path(os.environ.get("MODAL_CONFIG_PATH") or Path.home() / ".modal.toml")
+    try:
+        text = config.read_text()
+    except OSError:
+        return False
+    return "token_id" in text and "token_secret" in text
+
+
+def check_executor_name(name: str) -> str:
+    value = (name or "local").strip().lower()
+    if value not in EXECUTORS:
+        raise InvalidInputError(f"Unknown executor {name!r}.", hint=f"Use one of: {', '.join(EXECUTORS)}.")
+    if value == "modal" and not modal_token_configured():
+        raise InvalidInputError("The modal executor needs a Modal token, and this backend has none.",
+                                hint=MODAL_TOKEN_HINT)
+    return value
 
 
 def _trace_paths(flags: list[str] | None) -> list[Path]:

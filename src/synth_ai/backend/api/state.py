@@ -13,6 +13,7 @@ from fastapi import Request
 from synth_ai.backend.api.auth import KeyChecker, bearer_token
 from synth_ai.backend.api.changes import ChangeWatcher
 from synth_ai.backend.api.dashboard_auth import LoginTokens, cookie_key
+from synth_ai.backend.executors import Executors
 from synth_ai.backend.http_errors import ApiError
 from synth_ai.backend.jobs.scheduler import Scheduler
 from synth_ai.backend.server_settings import BackendSettings
@@ -36,7 +37,7 @@ class Backend:
         self.files = FileService(self.db, self.blobs)
         self.jobs = JobStore(self.db)
         self.changes = ChangeWatcher(settings.db_path)  # wakes live job streams (routes/job_stream.py)
-        self.scheduler = Scheduler(settings, self.db)
+        self.scheduler = Scheduler(settings, self.db, Executors(settings.executor))
         self.keys = KeyChecker(settings.data_dir)
         self.login_tokens = LoginTokens()
         self.validation_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synth-ai-validate")

@@ -36,6 +36,7 @@ from typing import Any
 
 from synth_ai.backend.store import job_records as J
 from synth_ai.backend.store.db import Database, loads, utcnow
+from synth_ai.backend.executors.modal import STATE_FILE
 from synth_ai.backend.executors.modal_bases import stage_models
 from synth_ai.backend.executors.modal_plan import DEFAULT_TIMEOUT_S, ModalPlan, plan_for
 from synth_ai.backend.executors.modal_transport import DB_RELATIVE, Transport, transport_for
@@ -46,7 +47,6 @@ from synth_ai.backend.jobs.process_contract import EXIT_FAILED, EXIT_INTERRUPTED
 from synth_ai.backend.jobs.worker import StopSignal, _reason
 from synth_ai.fsutil import atomic_write_text
 
-STATE_FILE = "remote.json"
 POLL_ENV = "SYNTH_AI_MODAL_POLL_S"
 TIMEOUT_ENV = "SYNTH_AI_MODAL_TIMEOUT_S"  # the Modal function's timeout; Modal's longest (24 h) by default
 # Lifecycle events belong to the backend that owns the job; the remote database's copies are not relayed.

@@ -20,23 +20,18 @@ import glob
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from synth_ai.errors import InvalidInputError, UnavailableError
+from synth_ai.backend.jobs.launching import NoExecutorError
+from synth_ai.backend.server_settings import (  # noqa: F401 - the names and their check are re-exported here
+    EXECUTORS,
+    MODAL_TOKEN_HINT,
+    check_executor_name,
+    modal_token_configured,
+)
 
-EXECUTORS = ("local", "torchrun", "modal")
 CPU_MAX_PARAMS_B = 2.0
 GPU_COUNT_ENV = "SYNTH_AI_BACKEND_GPUS"  # overrides the count of local GPUs (tests, containers without /dev/nvidia*)
-MODAL_TOKEN_HINT = ("Give this backend a Modal token: run `modal token set --token-id … --token-secret …` (or "
-                    "`modal token new`), or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in the backend's environment, "
-                    "then restart it with `synth-ai backend serve --executor modal`.")
-
-
-class NoExecutorError(UnavailableError):
-    """Nothing this backend can use would run the job as configured."""
-
-    code = "no_executor"
 
 
 @dataclass(frozen=True)
@@ -110,28 +105,6 @@ def local_gpu_count() -> int:
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
     return len(glob.glob("/dev/nvidia[0-9]*"))
-
-
-def modal_token_configured() -> bool:
-    """A token in the environment or in ~/.modal.toml (looked at, not validated: that needs the network)."""
-    if os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"):
-        return True
-    config = Path(os.environ.get("MODAL_CONFIG_PATH") or Path.home() / ".modal.toml")
-    try:
-        text = config.read_text()
-    except OSError:
-        return False
-    return "token_id" in text and "token_secret" in text
-
-
-def check_executor_name(name: str) -> str:
-    value = (name or "local").strip().lower()
-    if value not in EXECUTORS:
-        raise InvalidInputError(f"Unknown executor {name!r}.", hint=f"Use one of: {', '.join(EXECUTORS)}.")
-    if value == "modal" and not modal_token_configured():
-        raise InvalidInputError("The modal executor needs a Modal token, and this backend has none.",
-                                hint=MODAL_TOKEN_HINT)
-    return value
 
 
 def choose(backend_executor: str, needs: JobNeeds, *, gpus: int | None = None) -> str:

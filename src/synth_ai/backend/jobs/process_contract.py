@@ -1,16 +1,19 @@
-"""What the scheduler and a job's worker process agree on: the worker's exit codes, the variable naming the backend's
-pid, and the worker's wish to die with the backend."""
+"""What the scheduler and a job's worker process agree on: the worker's module, its exit codes, the variable naming
+the backend's pid, the worker's wish to die with the backend, and how a worker is recognised from outside."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import sys
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped because the backend went away; the job stays `running`
 PARENT_ENV = "SYNTH_AI_BACKEND_PARENT_PID"
+WORKER_MODULE = "synth_ai.backend.jobs.worker"  # `python -m` this, with the job id (or --warm)
 
 
 def die_with_parent() -> None:
@@ -22,3 +25,21 @@ def die_with_parent() -> None:
         libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def worker_command_line(pid: int, job_id: str) -> list[bytes] | None:
+    """The command line of `pid` when it is a live worker process for this job, else None (this guards against pid
+    reuse). A warm-started worker has no job id on its command line but works in the job's folder."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if WORKER_MODULE.encode() not in cmdline:
+            return None
+        if job_id.encode() in cmdline or Path(os.readlink(f"/proc/{pid}/cwd")).name == job_id:
+            return cmdline
+        return None
+    except OSError:
+        return None
+
+
+def is_worker_of(pid: int, job_id: str) -> bool:
+    return worker_command_line(pid, job_id) is not None

@@ -1,9 +1,13 @@
 """The scheduler: the API process's only part in running jobs.
 
 A background thread that starts one worker process per queued job (up to `max_concurrent_jobs`), reaps workers
-that exit, turns a cancel request into SIGTERM (then SIGKILL after a grace period), and at startup settles every
-job a previous backend left `running`: resumed from its last checkpoint (the worker is started again and the
+that exit, turns a cancel request into a stop (SIGTERM, then SIGKILL after a grace period), and at startup settles
+every job a previous backend left `running`: resumed from its last checkpoint (the worker is started again and the
 trainer picks up its checkpoint) or failed with the reason.
+
+What differs per executor (the command that runs a job, how a stop is delivered, how its exit is read, what a
+restart finds of an earlier run) is asked of the job's executor (`jobs.launching.Executor`); the API side hands the
+scheduler the chooser (`synth_ai.backend.executors.Executors`), so this module never imports an executor.
 
 Jobs are handed to a warm worker (a process that imported the training stack ahead of time, see
 `synth_ai.backend.jobs.warm_worker`) when one is ready, else started cold. Workers are started from this one long-lived thread
@@ -22,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from synth_ai.backend.executors import NoExecutorError, launch_for
+from synth_ai.backend.jobs.launching import Executor, ExecutorChooser, NoExecutorError
 from synth_ai.backend.jobs.process_contract import EXIT_INTERRUPTED, PARENT_ENV
 from synth_ai.backend.jobs.warm_worker import WarmPool
 from synth_ai.backend.server_settings import BackendSettings
@@ -39,6 +43,7 @@ RESUMABLE_KINDS = frozenset({"sft", "rl"})
 class _Running:
     job_id: str
     proc: subprocess.Popen
+    executor: Executor
     log_path: Path
     started: float = field(default_factory=time.monotonic)
     term_sent_at: float | None = None
@@ -47,9 +52,10 @@ class _Running:
 
 
 class Scheduler:
-    def __init__(self, settings: BackendSettings, db: Database) -> None:
+    def __init__(self, settings: BackendSettings, db: Database, executors: ExecutorChooser) -> None:
         self.settings = settings
         self.db = db
+        self.executors = executors
         self.store = J.JobStore(db)
         self._running: dict[str, _Running] = {}
         self._wake = threading.Event()
@@ -91,14 +97,14 @@ class Scheduler:
     def _stop_all(self, timeout: float = 20.0) -> None:
         with self._lock:
             running = list(self._running.values())
-        for item in running:
-            _signal(item.proc, signal.SIGTERM)
+        for item in running:  # no cancel_requested: the runs keep their checkpoints (or Modal calls)
+            item.executor.cancel(item.proc)
         deadline = time.monotonic() + timeout
         for item in running:
             try:
                 item.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _signal(item.proc, signal.SIGKILL)
+                item.executor.cancel(item.proc, force=True)
                 item.proc.wait()
             log.info("worker for %s stopped with the backend (exit %s)", item.job_id, item.proc.returncode)
         with self._lock:
@@ -117,7 +123,7 @@ class Scheduler:
         with self._lock:
             items = list(self._running.values())
         for item in items:
-            code = item.proc.poll()
+            code = item.executor.status(item.proc)
             if code is None:
                 continue
             with self._lock:
@@ -163,10 +169,10 @@ class Scheduler:
             if item.term_sent_at is None:
                 row = self.store.get(item.job_id)
                 if row is not None and row["cancel_requested"]:
-                    _signal(item.proc, signal.SIGTERM)
+                    item.executor.cancel(item.proc)
                     item.term_sent_at = now
             elif not item.killed and now - item.term_sent_at > self.settings.cancel_grace_s:
-                _signal(item.proc, signal.SIGKILL)
+                item.executor.cancel(item.proc, force=True)
                 item.killed = True
 
     def _spawn_queued(self) -> None:
@@ -216,7 +222,8 @@ class Scheduler:
 
     def _spawn(self, row) -> None:
         job_id = row["id"]
-        launch = launch_for(self.settings.executor, row)
+        executor = self.executors.for_job(row)
+        launch = executor.launch(row)
         job_dir = self.settings.job_dir(job_id)
         job_dir.mkdir(parents=True, exist_ok=True)
         log_path = job_dir / "worker.log"
@@ -228,7 +235,7 @@ class Scheduler:
         with open(log_path, "ab") as log_file:
             log_file.write(f"\n=== attempt {attempts} ===\n".encode())
             log_file.flush()
-            warm = None if cold or launch.executor != "local" else self.warm.take(job_id)
+            warm = self.warm.take(job_id) if launch.warm and not cold else None
             proc = warm
             if proc is None:
                 env = {**self._worker_env(), **launch.env}
@@ -239,7 +246,7 @@ class Scheduler:
                     cwd=str(job_dir), start_new_session=True, close_fds=True)
         self.store.update(job_id, worker_pid=proc.pid)
         with self._lock:
-            self._running[job_id] = _Running(job_id, proc, log_path, warm=warm is not None)
+            self._running[job_id] = _Running(job_id, proc, executor, log_path, warm=warm is not None)
         log.info("%s worker pid %s for job %s (attempt %s)", "cold" if warm is None else "warm",
                  proc.pid, job_id, attempts)
 
@@ -250,8 +257,9 @@ class Scheduler:
         rows = self.db.conn().execute("SELECT * FROM jobs WHERE status IN ('queued', 'running')").fetchall()
         for row in rows:
             pid = row["worker_pid"]
-            if pid and _is_worker_of(pid, row["id"]):
-                _stop_orphan(pid, self.settings.cancel_grace_s)
+            if pid:  # each executor settles what its own earlier run left (a surviving worker is stopped)
+                for executor in self.executors:
+                    executor.reattach(row, self.settings)
             if row["status"] == "queued":
                 if pid:
                     self.store.update(row["id"], worker_pid=None)
@@ -308,49 +316,11 @@ class Scheduler:
         return reasons
 
 
-def _signal(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        proc.send_signal(sig)
-    except (ProcessLookupError, OSError):
-        pass
-
-
 def _signame(num: int) -> str:
     try:
         return signal.Signals(num).name
     except ValueError:
         return str(num)
-
-
-def _is_worker_of(pid: int, job_id: str) -> bool:
-    """Whether `pid` is a live worker process for this job (guards against pid reuse). A warm-started worker has
-    no job id on its command line but works in the job's folder."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"synth_ai.backend.jobs.worker" not in cmdline:
-            return False
-        return job_id.encode() in cmdline or Path(os.readlink(f"/proc/{pid}/cwd")).name == job_id
-    except OSError:
-        return False
-
-
-def _stop_orphan(pid: int, grace: float) -> None:
-    """A worker left by a dead backend: SIGTERM (it checkpoints and exits), then SIGKILL."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + max(grace, 1)
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _tail(path: Path, limit: int = 2000) -> str:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from synth_ai.backend.jobs.process_contract import WORKER_MODULE
 from synth_ai.backend.server_settings import BackendSettings
 
 log = logging.getLogger("synth_ai.backend.scheduler")
@@ -175,7 +176,7 @@ class WarmPool:
         try:
             with open(self.log_path, "ab") as err:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "synth_ai.backend.jobs.worker", WARM_FLAG], stdin=subprocess.PIPE,
+                    [sys.executable, "-m", WORKER_MODULE, WARM_FLAG], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=err, env=env, cwd=str(self.settings.root),
                     start_new_session=True, close_fds=True)
         except OSError as exc:
