@@ -10,6 +10,7 @@ import sys
 import time
 
 from synth_ai.backend.jobs.process_contract import WORKER_MODULE
+from synth_ai.processes import pid_alive
 
 
 class ProcessExecutor:
@@ -40,9 +41,7 @@ def stop_leftover(pid: int, grace_s: float) -> None:
         return
     deadline = time.monotonic() + max(grace_s, 1)
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
             return
         time.sleep(0.1)
     try:

@@ -38,6 +38,7 @@ from synth_ai.backend.store.db import Database, loads, utcnow
 from synth_ai.backend.trainers.common import TrainingCancelled
 from synth_ai.backend.trainers.distributed import rank_from_env
 from synth_ai.env.extras import install_commands
+from synth_ai.processes import pid_alive
 
 CANCEL_POLL_S = 0.5
 PARENT_EXIT_WAIT_S = 1.0  # how long a SIGTERM'd worker watches for its parent's exit before calling it a shutdown
@@ -95,13 +96,7 @@ class StopSignal:
         if self.parent_pid is None:
             return False
         if self.launched:
-            try:
-                os.kill(self.parent_pid, 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                pass
-            return False
+            return not pid_alive(self.parent_pid)
         return os.getppid() != self.parent_pid
 
     def why(self) -> str:

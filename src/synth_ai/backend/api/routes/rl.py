@@ -15,12 +15,6 @@ import httpx
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
-from synth_ai.backend.store import job_records as J
-from synth_ai.backend.api.state import get_backend
-from synth_ai.env.backend_keys import WITH_JOB, environment_keys, known_environment_keys, register_environment_key
-from synth_ai.backend.store.db import MAX_INTEGER
-from synth_ai.backend.http_errors import ApiError
-from synth_ai.backend.jobs.kinds import job_kind
 from synth_ai.backend.api.routes.jobs_common import (
     add_job_routes,
     idempotent_create,
@@ -28,8 +22,15 @@ from synth_ai.backend.api.routes.jobs_common import (
     replay,
     require_executor,
 )
+from synth_ai.backend.api.state import get_backend
 from synth_ai.backend.api.taskapp_probe import HEADER_STYLES, auth_headers, health_ok, require_usable_task_app, snippet
+from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.jobs.kinds import job_kind
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store.db import MAX_INTEGER
+from synth_ai.env.backend_keys import WITH_JOB, environment_keys, known_environment_keys, register_environment_key
 from synth_ai.env.secrets import mask_secret
+from synth_ai.urls import join_url
 
 router = APIRouter(tags=["rl"])
 
@@ -112,10 +113,10 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
             headers = auth_headers(style, key, keys) if key else {}
             results = []
             for path in ("/health", "/task_info"):
-                attempt: dict[str, Any] = {"path": path, "url": f"{base}{path}", "header": style,
+                attempt: dict[str, Any] = {"path": path, "url": join_url(base, path), "header": style,
                                            "key": mask_secret(key) if key else None}
                 try:
-                    response = await client.get(f"{base}{path}", headers=headers)
+                    response = await client.get(join_url(base, path), headers=headers)
                 except httpx.HTTPError as exc:
                     attempt.update({"status": None, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
                     attempts.append(attempt)

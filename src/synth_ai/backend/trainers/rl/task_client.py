@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from synth_ai import loopback_http
+from synth_ai.urls import join_url
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -43,7 +44,7 @@ class TaskAppClient:
         data = json.dumps(body).encode()
         if self._httpx is None:
             try:
-                return await loopback_http.post_json(f"{self.base_url}{path}", data, self.headers, timeout_s,
+                return await loopback_http.post_json(join_url(self.base_url, path), data, self.headers, timeout_s,
                                                      connect_timeout_s=CONNECT_TIMEOUT_S, executor=self._threads)
             except loopback_http.LoopbackTimeout as exc:
                 raise TaskAppTimeout(str(exc)) from exc
@@ -52,7 +53,7 @@ class TaskAppClient:
         import httpx
 
         try:
-            return await self._httpx.post(f"{self.base_url}{path}", content=data,
+            return await self._httpx.post(join_url(self.base_url, path), content=data,
                                           timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
         except httpx.TimeoutException as exc:
             raise TaskAppTimeout(str(exc)) from exc
