@@ -94,8 +94,8 @@ def serve(settings: BackendSettings, *, log_level: str = "info",
 
 
 def _state_doc(settings: BackendSettings) -> dict[str, Any]:
-    from synth_ai.env.backend_keys import keys_path
     from synth_ai.backend.store.db import utcnow
+    from synth_ai.env.backend_keys import keys_path
 
     return {"pid": os.getpid(), "host": settings.host, "port": settings.port, "url": settings.url,
             "api_base": f"{settings.url}/api", "started_at": utcnow(), "data_dir": str(settings.data_dir),

@@ -94,8 +94,8 @@ def register(app: typer.Typer) -> None:
     def status_cmd(ctx: typer.Context, json_flag: bool = json_option()) -> None:
         """Whether the backend runs, its URL and pid. Exits 10 (unavailable) when no backend answers."""
         from synth_ai.backend.daemon import status
-        from synth_ai.errors import ExitCode
         from synth_ai.env.paths import data_dir
+        from synth_ai.errors import ExitCode
 
         out = output_of(ctx, json_flag)
         doc = status(data_dir())

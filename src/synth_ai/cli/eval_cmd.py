@@ -45,9 +45,9 @@ def register(app: typer.Typer) -> None:
         Exit 0 when every seed ran, 11 when some or all seeds errored or timed out.
         """
         from synth_ai.errors import ExitCode
+        from synth_ai.eval.eval_settings import EvalOptions
         from synth_ai.eval.flow import Hooks, run_eval
         from synth_ai.eval.report import document, render
-        from synth_ai.eval.eval_settings import EvalOptions
 
         out = output_of(ctx, json_flag)
         if app_id and app_id_option and app_id != app_id_option:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from synth_ai.client.follow_common import (
+    TRANSIENT_ERRORS,
     FollowResult,
     JobStatus,
     Update,
@@ -24,7 +25,6 @@ from synth_ai.client.follow_common import (
     confirm_end,
     deadline_error,
     hung_call_error,
-    TRANSIENT_ERRORS,
     lost_contact_error,
     read_end,
     status_text,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from synth_ai.errors import InvalidInputError
-from synth_ai.eval.runner import OK, RunSpec, SeedResult, run_all
 from synth_ai.eval.eval_settings import EvalOptions, EvalSettings, resolve_settings
+from synth_ai.eval.runner import OK, RunSpec, SeedResult, run_all
 
 
 @dataclass

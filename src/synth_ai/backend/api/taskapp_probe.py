@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from synth_ai.env.backend_keys import KnownKey
 from synth_ai.backend.http_errors import ApiError
+from synth_ai.env.backend_keys import KnownKey
 from synth_ai.env.secrets import redact
 from synth_ai.urls import join_url
 

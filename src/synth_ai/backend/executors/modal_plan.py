@@ -170,9 +170,9 @@ def remote_job(job_id: str, data_dir: str) -> dict[str, Any]:
     """The job function on Modal (or here, through `.local()`): the backend's job worker on the job's data dir."""
     os.environ["SYNTH_AI_HOME"] = data_dir
     os.environ["SYNTH_AI_BACKEND_EXECUTOR"] = "local"  # the job runs right here, whatever the submitting backend uses
-    from synth_ai.backend.store.db import Database
-    from synth_ai.backend.server_settings import BackendSettings
     from synth_ai.backend.jobs.worker import run
+    from synth_ai.backend.server_settings import BackendSettings
+    from synth_ai.backend.store.db import Database
 
     settings = BackendSettings.load()
     settings.ensure_dirs()

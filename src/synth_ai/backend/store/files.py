@@ -13,9 +13,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.store.blobs import BlobStore, ReceivedUpload
 from synth_ai.backend.store.db import Database, dumps, loads, utcnow
 from synth_ai.backend.store.job_records import new_id
-from synth_ai.backend.store.blobs import BlobStore, ReceivedUpload
 
 log = logging.getLogger("synth_ai.backend.store.files")
 

@@ -16,8 +16,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from synth_ai.backend.store.db import dumps, loads, utcnow
 from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.store.db import dumps, loads, utcnow
 
 HEADER = "Idempotency-Key"
 REPLAY_HEADER = "Idempotent-Replayed"

@@ -19,12 +19,12 @@ from fastapi import APIRouter, Body, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
 from synth_ai.backend.api import eval_runs
-from synth_ai.backend.api.state import get_backend
 from synth_ai.backend.api.auth import bearer_token
 from synth_ai.backend.api.dashboard_auth import COOKIE, DEFAULT_TTL_S, MAX_TTL_S
-from synth_ai.backend.store.db import loads
-from synth_ai.backend.http_errors import ApiError
 from synth_ai.backend.api.routes.jobs_common import job_doc, load_job
+from synth_ai.backend.api.state import get_backend
+from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.store.db import loads
 from synth_ai.errors import NotFoundError
 from synth_ai.urls import join_url
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Request
 
-from synth_ai.backend.store import sealed_keys
 from synth_ai.backend.api.state import get_backend
-from synth_ai.env.backend_keys import ENV_KEY_NAMES, UPLOADED, register_environment_key, stored_environment_keys
 from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.store import sealed_keys
+from synth_ai.env.backend_keys import ENV_KEY_NAMES, UPLOADED, register_environment_key, stored_environment_keys
 
 router = APIRouter(tags=["env-keys"])
 

@@ -10,12 +10,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from synth_ai.backend.store import idempotency as idem
 from synth_ai.backend.api.state import Backend, get_backend
-from synth_ai.backend.store.db import MAX_INTEGER
 from synth_ai.backend.http_errors import ApiError, bad_request, conflict, not_found
-from synth_ai.backend.store.files import file_json
+from synth_ai.backend.store import idempotency as idem
 from synth_ai.backend.store.blobs import MultipartReceiver, ReceivedUpload, UploadError, too_large_message
+from synth_ai.backend.store.db import MAX_INTEGER
+from synth_ai.backend.store.files import file_json
 
 router = APIRouter(tags=["files"])
 

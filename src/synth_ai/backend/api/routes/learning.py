@@ -8,13 +8,6 @@ from typing import Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
-from synth_ai.backend.store import job_records as J
-from synth_ai.backend.api.state import Backend, get_backend
-from synth_ai.backend.store.db import MAX_INTEGER
-from synth_ai.backend.http_errors import ApiError, not_found
-from synth_ai.backend.store.files import DATASET_PURPOSES
-from synth_ai.backend.jobs.job_bodies import sft_file_ids
-from synth_ai.backend.jobs.kinds import job_kind
 from synth_ai.backend.api.routes.jobs_common import (
     add_job_routes,
     idempotent_create,
@@ -22,6 +15,13 @@ from synth_ai.backend.api.routes.jobs_common import (
     replay,
     require_executor,
 )
+from synth_ai.backend.api.state import Backend, get_backend
+from synth_ai.backend.http_errors import ApiError, not_found
+from synth_ai.backend.jobs.job_bodies import sft_file_ids
+from synth_ai.backend.jobs.kinds import job_kind
+from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store.db import MAX_INTEGER
+from synth_ai.backend.store.files import DATASET_PURPOSES
 from synth_ai.errors import SynthError
 
 router = APIRouter(tags=["learning"])
