@@ -22,7 +22,7 @@ from conftest import REPO_ROOT
 
 from synth_ai.config.common import ResolveContext
 from synth_ai.config.loader import load_config
-from synth_ai.train.payloads import build_rl_payload, build_sft_payload
+from synth_ai.train.request_bodies import build_rl_payload, build_sft_payload
 
 GOLDEN = Path(__file__).parent / "golden"
 EXAMPLES = REPO_ROOT / "examples" / "configs"

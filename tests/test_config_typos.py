@@ -10,7 +10,7 @@ from conftest import run_cli
 
 from synth_ai.config.common import ResolveContext
 from synth_ai.config.loader import load_config
-from synth_ai.train.payloads import build_rl_payload, build_sft_payload
+from synth_ai.train.request_bodies import build_rl_payload, build_sft_payload
 
 DATA = Path(__file__).parent / "data" / "broken_configs"
 BASE = {kind: (DATA / f"{kind}_base.toml").read_text() for kind in ("rl", "sft", "eval", "filter")}

@@ -1,4 +1,4 @@
-"""Image payloads checked once and cut short before the rules parse a line (`synth_ai.datasets.payloads`).
+"""Image payloads checked once and cut short before the rules parse a line (`synth_ai.datasets.image_payloads`).
 
 The cut must never change a verdict: a payload is cut only when it is strict base64 within the size limit, and
 only where it is certainly the value of a "url" key; the rules then give the short line the original's result.
@@ -14,7 +14,7 @@ import pathlib
 import pytest
 
 from synth_ai.datasets import scan as scan_module
-from synth_ai.datasets.payloads import payload_ok, shorten
+from synth_ai.datasets.image_payloads import payload_ok, shorten
 from synth_ai.datasets.records import RecordOptions, check_line
 from synth_ai.datasets.validate import path_text, validate_jsonl
 

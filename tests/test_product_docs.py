@@ -158,7 +158,7 @@ def test_sft_default_algorithm_follows_the_training_mode(isolated_home: Path, tr
                                                         train_kind: str):
     from synth_ai.config.common import ResolveContext
     from synth_ai.config.loader import load_config
-    from synth_ai.train.payloads import build_sft_payload
+    from synth_ai.train.request_bodies import build_sft_payload
 
     text = (DOCS / "sft_train.toml").read_text().replace('mode = "full_finetune"\nuse_qlora = false', training)
     (isolated_home / "train.toml").write_text(text)

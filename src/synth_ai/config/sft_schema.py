@@ -104,7 +104,7 @@ class HyperparametersSection(BaseModel):
     save_steps: NonNegativeInt | None = None
     checkpoint_steps: NonNegativeInt | None = None  # another spelling of save_steps (0: unset, for both)
     max_images_per_message: NonNegativeInt | None = None
-    # [training.validation] travels here in the job body (synth_ai.train.payloads)
+    # [training.validation] travels here in the job body (synth_ai.train.request_bodies)
     evaluation_strategy: str | None = None
     eval_steps: NonNegativeInt | None = None
     save_best_model_at_end: bool | None = None

@@ -6,7 +6,7 @@ without importing each other.
 
 from __future__ import annotations
 
-from synth_ai.datasets.payloads import shorten
+from synth_ai.datasets.image_payloads import shorten
 from synth_ai.datasets.reader import LineReader, is_blank
 from synth_ai.datasets.records import check_line
 from synth_ai.datasets.report import DatasetIssue, DatasetReport
@@ -37,7 +37,7 @@ def scan_lines(reader: LineReader, opts: RecordOptions, report: DatasetReport, *
                fast: bool = True) -> int:
     """The hot loop: check every line `reader` gives, adding to `report` (issues, counts, summary).
 
-    Each line's image payloads are checked first and cut short (`payloads.shorten`), so the rules parse only the
+    Each line's image payloads are checked first and cut short (`image_payloads.shorten`), so the rules parse only the
     rest. Returns the bytes consumed (what a pass that `limit` stopped early covered).
     """
     fast_record = None

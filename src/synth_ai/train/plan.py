@@ -15,7 +15,7 @@ from typing import Any
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.env.backend_url import BackendTarget
 from synth_ai.env.secrets import mask_secret
-from synth_ai.train.payloads import build_rl_payload, build_sft_payload
+from synth_ai.train.request_bodies import build_rl_payload, build_sft_payload
 from synth_ai.urls import join_url
 
 FILE_ID = "<training file id, from the upload>"
