@@ -3,7 +3,6 @@ model with its card, loading a policy from a base or fine-tuned id, and small he
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from pathlib import Path
@@ -78,13 +77,11 @@ def save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, set
                 summary: dict[str, Any]) -> None:
     import json
     import shutil
-    import tempfile
 
     from synth_ai.backend.ml.loading import MODEL_CARD
+    from synth_ai.fsutil import publish_folder
 
-    final_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".final.", dir=final_dir.parent))
-    try:
+    with publish_folder(final_dir) as staging:
         model.save_pretrained(str(staging))  # LoRA: adapter files only; full: the whole model
         tokenizer.save_pretrained(str(staging))
         for extra in ("preprocessor_config.json", "generation_config.json", "chat_template.jinja"):
@@ -95,12 +92,6 @@ def save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, set
                 "job_id": settings.job_id, "training_kind": settings.mode, **summary,
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (staging / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
-        if final_dir.exists():
-            shutil.rmtree(final_dir)
-        os.replace(staging, final_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def load_policy(model_store: Any, model_id: str, where: Any) -> tuple[Any, Path, str, bool]:
