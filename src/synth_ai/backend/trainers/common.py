@@ -1,5 +1,6 @@
 """Pieces both trainers (SFT and RL) use: LoRA wrapping (projector trained in full on Qwen3-VL), saving the final
-model with its card, loading a policy from a base or fine-tuned id, and small helpers. torch/peft imported lazily."""
+model with its card, loading a policy from a base or fine-tuned id, the silent reporter of ranks other than 0, and
+small helpers. torch/peft imported lazily."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ from typing import Any
 from synth_ai.errors import InvalidInputError
 
 PROJECTOR_ALIASES = {"mm_projector", "projector", "merger", "visual.merger", "multi_modal_projector"}
+
+
+class SilentReporter:
+    """The reporter of a torchrun rank other than 0: rank 0 reports for the job."""
+
+    def event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def metric(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 class NullContext:

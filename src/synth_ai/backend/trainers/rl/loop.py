@@ -30,8 +30,8 @@ from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavai
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_settings
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.types import Rollout
-from synth_ai.backend.trainers.sft.trainer import TrainingCancelled
-from synth_ai.backend.trainers.sft.trainer import _Silent as SilentReporter
+from synth_ai.backend.trainers.sft.sft_settings import TrainingCancelled
+from synth_ai.backend.trainers.common import SilentReporter
 
 MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
 
