@@ -126,7 +126,7 @@ def test_images_beyond_max_images_per_step_are_dropped_and_counted(store: ModelS
     from synth_ai.backend.inference.engine import describe_model
     from synth_ai.backend.inference.policy_server import LocalPolicyServer
     from synth_ai.backend.ml import loading
-    from synth_ai.backend.trainers.rl.loop import _report_dropped_images
+    from synth_ai.backend.trainers.rl.iteration_report import report_dropped_images
     from synth_ai.taskapp.vision import image_to_png_bytes, png_data_url
 
     path = store.resolve("synth-ai/tiny-qwen3-vl")
@@ -150,6 +150,6 @@ def test_images_beyond_max_images_per_step_are_dropped_and_counted(store: ModelS
     assert sample.images == 1 and sample.vision_inputs["image_grid_thw"].shape[0] == 1  # the newest frame only
     events: list[tuple[str, dict[str, Any]]] = []
     reporter = SimpleNamespace(event=lambda kind, message, data=None, level="info": events.append((kind, data)))
-    _report_dropped_images(reporter, server, SimpleNamespace(max_images_per_step=1), 0, SimpleNamespace(enabled=False))
+    report_dropped_images(reporter, server, SimpleNamespace(max_images_per_step=1), 0, SimpleNamespace(enabled=False))
     assert events == [("rl.images.dropped", {"iteration": 0, "images_dropped": 1, "max_images_per_step": 1})]
     assert server.images_dropped == 0  # counted once

@@ -231,27 +231,18 @@ def first_n_records(path: PathLike, n: int, dest: PathLike) -> int:
     if n <= 0:
         raise _invalid(f"Example limit must be positive (got {n}).", hint="Pass --examples 1 or more.")
     p = _open_check(path)
-    import tempfile  # only writers need it (it pulls in random)
-    from pathlib import Path
+    from synth_ai.fsutil import AtomicFile
 
-    target = Path(dest)
-    target.parent.mkdir(parents=True, exist_ok=True)
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     written = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for _, raw in LineReader(p, hash=False):
-                if is_blank(raw):
-                    continue
-                out.write(raw)
-                out.write(b"\n")
-                written += 1
-                if written >= n:
-                    break
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # a scratch copy for one upload: private (0600) and not fsynced, as it always was
+    with AtomicFile(dest, mode=0o600, durable=False) as out:
+        for _, raw in LineReader(p, hash=False):
+            if is_blank(raw):
+                continue
+            out.write(raw)
+            out.write(b"\n")
+            written += 1
+            if written >= n:
+                break
+        out.commit()
     return written

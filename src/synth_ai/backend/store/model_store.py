@@ -20,15 +20,13 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from synth_ai.errors import InvalidInputError, NotFoundError
-from synth_ai.fsutil import atomic_write_text
+from synth_ai.fsutil import atomic_write_text, publish_folder
 
 FINE_TUNED_PREFIXES = ("ft:", "fft:", "qft:", "rl:")
 _INDEX = "index.json"
@@ -186,18 +184,12 @@ class ModelStore:
         with self._lock(f"tiny-{target.name}"):
             if (target / "config.json").exists():
                 return target
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-            try:
+            with publish_folder(target) as staging:
                 kwargs = {} if recipe is None else {"recipe": recipe}
                 if model_id == tiny.TINY_VL_ID:
                     tiny.build_vl(staging, text_dir, **kwargs)
                 else:
                     tiny.build_text(staging, **kwargs)
-                os.replace(staging, target)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
         return target
 
     # Fine-tuned models ------------------------------------------------------------------------------------------

@@ -3,19 +3,19 @@
 Layout: `<workdir>/checkpoints/step-000040/` holding `weights.safetensors` (the trainable tensors: the whole model
 for a full fine-tune, only the adapter and saved modules for LoRA), `optimizer.pt`, `scheduler.pt`, `rng.pt` and
 `state.json` (step, loss history needed for the result, the settings fingerprint). A checkpoint is written into a
-hidden temp folder and renamed into place; `state.json` is written last inside it, and a folder without it is
-ignored. Only the newest `keep` checkpoints stay.
+hidden temp folder, fsynced and renamed into place (`fsutil.publish_folder`); `state.json` is written last inside
+it, and a folder without it is ignored. Only the newest `keep` checkpoints stay.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from synth_ai.fsutil import publish_folder
 
 _NAME = re.compile(r"^step-(\d{6,})$")
 
@@ -44,10 +44,8 @@ def save(workdir: Path, step: int, *, trainable: dict[str, Any], optimizer: Any,
     from safetensors.torch import save_file
 
     root = checkpoints_dir(workdir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
-    try:
+    with publish_folder(final, durable=True) as staging:
         save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()},
                   str(staging / "weights.safetensors"))
         torch.save(optimizer_state if optimizer_state is not None else optimizer.state_dict(),
@@ -58,15 +56,6 @@ def save(workdir: Path, step: int, *, trainable: dict[str, Any], optimizer: Any,
             rng["cuda"] = torch.cuda.get_rng_state_all()
         torch.save(rng, staging / "rng.pt")
         (staging / "state.json").write_text(json.dumps({**state, "step": step}, indent=2, sort_keys=True))
-        for file in staging.iterdir():
-            with open(file, "rb") as handle:
-                os.fsync(handle.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     _prune(root, keep)
     return final
 

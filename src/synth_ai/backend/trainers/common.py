@@ -1,11 +1,10 @@
 """Pieces both trainers (SFT and RL) use: training-mode spellings, the cancel exception and number readers; LoRA
 wrapping (projector trained in full on Qwen3-VL), saving the final model with its card, loading a policy from a base
-or fine-tuned id, and small helpers. torch/peft imported lazily."""
+or fine-tuned id, the silent reporter of ranks other than 0, and small helpers. torch/peft imported lazily."""
 
 from __future__ import annotations
 
 import math
-import os
 import time
 import warnings
 from pathlib import Path
@@ -63,6 +62,16 @@ def _float(key: str, value: Any, *, low: float | None = None, high: float | None
             bounds += f"{' and ' if bounds else ''}<= {high}"
         raise InvalidInputError(f"{key} must be a number {bounds} (found {value!r}).")
     return number
+
+
+class SilentReporter:
+    """The reporter of a torchrun rank other than 0: rank 0 reports for the job."""
+
+    def event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def metric(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 class NullContext:
@@ -129,13 +138,11 @@ def save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, set
                 summary: dict[str, Any]) -> None:
     import json
     import shutil
-    import tempfile
 
     from synth_ai.backend.ml.loading import MODEL_CARD
+    from synth_ai.fsutil import publish_folder
 
-    final_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".final.", dir=final_dir.parent))
-    try:
+    with publish_folder(final_dir) as staging:
         model.save_pretrained(str(staging))  # LoRA: adapter files only; full: the whole model
         tokenizer.save_pretrained(str(staging))
         for extra in ("preprocessor_config.json", "generation_config.json", "chat_template.jinja"):
@@ -146,12 +153,6 @@ def save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, set
                 "job_id": settings.job_id, "training_kind": settings.mode, **summary,
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (staging / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
-        if final_dir.exists():
-            shutil.rmtree(final_dir)
-        os.replace(staging, final_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def load_policy(model_store: Any, model_id: str, where: Any) -> tuple[Any, Path, str, bool]:

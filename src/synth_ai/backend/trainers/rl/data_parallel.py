@@ -109,7 +109,6 @@ def place_rank(spec: dict[str, Any], dp: DataParallel) -> Any:
     import torch
 
     from synth_ai.backend.trainers.rl.topology import assign_devices, topology_of
-
     from synth_ai.errors import InvalidInputError
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
