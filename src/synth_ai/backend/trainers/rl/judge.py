@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from synth_ai.backend.trainers.sft.sft_settings import _float, _int
+from synth_ai.backend.trainers.common import _float, _int
 from synth_ai.env.secrets import redact
 from synth_ai.errors import InvalidInputError
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from synth_ai.backend.trainers import distributed
-from synth_ai.backend.trainers.common import SilentReporter
+from synth_ai.backend.trainers.common import SilentReporter, TrainingCancelled
 from synth_ai.backend.trainers.rl.data_parallel import from_main, place_rank, run_rollouts
 from synth_ai.backend.trainers.rl.iteration_report import (
     iteration_record,
@@ -40,7 +40,6 @@ from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_sett
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.types import Rollout
-from synth_ai.backend.trainers.sft.sft_settings import TrainingCancelled
 
 MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from synth_ai.backend.trainers.sft.sft_settings import _float
+from synth_ai.backend.trainers.common import _float
 from synth_ai.errors import InvalidInputError
 
 MODES = ("off", "env_sparse", "decision_stepwise")
