@@ -59,8 +59,10 @@ LAYERS: tuple[Layer, ...] = (
           ("synth_ai.backend.inference",)),
     Layer("store", "backend.store", "SQLite records, files, blobs, models, sealed keys", ("synth_ai.backend.store",)),
     Layer("ml", "backend.ml", "model loading, chat templates, tiny models", ("synth_ai.backend.ml",)),
-    Layer("backend_base", "backend base", "server settings, the JSON error shape, the backend package",
-          ("synth_ai.backend.server_settings", "synth_ai.backend.http_errors"), ("synth_ai.backend",)),
+    Layer("backend_base", "backend base", "server settings, the JSON error shape, the backend package, the key "
+          "functions' old path",
+          ("synth_ai.backend.server_settings", "synth_ai.backend.http_errors", "synth_ai.backend.auth"),
+          ("synth_ai.backend",)),
     Layer("taskapp", "Task apps and tracing", "the task-app SDK and server, trace recording",
           ("synth_ai.taskapp", "synth_ai.tracing")),
     Layer("shared", "Shared definitions", "what client and backend agree on: config files, dataset rules, the model "

@@ -44,6 +44,21 @@ def test_the_graph_is_the_real_one(graph):
     assert "synth_ai.cli.quick_validate" in graph["synth_ai.cli.main"]  # imported inside main()
 
 
+def test_the_backend_top_level_holds_few_modules():
+    """The backend's own work sits in rooms (api/, jobs/, store/, ...); its top level keeps at most six modules."""
+    top = sorted(p.name for p in (REPO_ROOT / "src" / "synth_ai" / "backend").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 6, top
+
+
+def test_key_functions_still_import_from_the_path_the_docs_named():
+    """`synth_ai.backend.auth` was where the docs sent users for the backend's keys; it re-exports the same objects."""
+    from synth_ai.backend import auth
+    from synth_ai.env import backend_keys
+
+    for name in ("create_key", "default_key", "known_environment_keys", "environment_keys"):
+        assert getattr(auth, name) is getattr(backend_keys, name)
+
+
 def test_no_import_circles(graph):
     found = import_map.circles(graph)
     assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
