@@ -43,9 +43,10 @@ class Layer:
 LAYERS: tuple[Layer, ...] = (
     Layer("cli", "CLI", "the `synth-ai` command: arguments, terminal and JSON output, the error boundary",
           ("synth_ai.__main__", "synth_ai.cli")),
-    Layer("flows", "Flows", "what a command does, step by step (demo, setup, train, eval, filter, deploy)",
+    Layer("flows", "Flows", "what a command does, step by step (demo, setup, train, eval, filter, deploy, and "
+          "serving a task app, whose module keeps its documented path in the task-app SDK)",
           ("synth_ai.demo", "synth_ai.setup", "synth_ai.train", "synth_ai.eval", "synth_ai.filter",
-           "synth_ai.deploy")),
+           "synth_ai.deploy", "synth_ai.taskapp.serving")),
     Layer("client", "Client", "the SDK: talk to a backend over HTTP, follow jobs, upload files",
           ("synth_ai.client",)),
     Layer("daemon", "backend.daemon", "start, stop and find the backend process", ("synth_ai.backend.daemon",)),

@@ -13,7 +13,6 @@ DEFAULT_INFO_BASE = "http://127.0.0.1:8001"
 
 def _serve(ctx: typer.Context, app_id: str | None, host: str, port: int | None, env_file: list[str] | None,
            reload: bool, force: bool, trace: str | None, trace_db: str | None) -> None:
-    from synth_ai.client.env_keys import key_sharing_step
     from synth_ai.taskapp.serving import DEFAULT_PORT, serve_task_app
 
     out = output_of(ctx)
@@ -22,7 +21,7 @@ def _serve(ctx: typer.Context, app_id: str | None, host: str, port: int | None, 
         if sys.stdin is not None and sys.stdin.isatty():
             port = int(typer.prompt("Port to serve on", default=DEFAULT_PORT))
     serve_task_app(app_id, host=host, port=port, env_files=env_file or [], reload=reload, force=force,
-                   trace_dir=trace, trace_db=trace_db, echo=out.info, share_key=key_sharing_step(out.info))
+                   trace_dir=trace, trace_db=trace_db, echo=out.info)
 
 
 def _serve_command(group: typer.Typer, name: str) -> None:

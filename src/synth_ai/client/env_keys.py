@@ -1,10 +1,10 @@
 """Handing the backend a task app's ENVIRONMENT_API_KEY, sealed to the backend's public key (libsodium sealed box,
 as synth-ai 0.2.17's preflight did): `GET /v1/crypto/public-key` → `POST /v1/env-keys` → `GET /v1/env-keys/verify`.
 
-`share_environment_key` is the preflight `serve` (through `key_sharing_step`), `deploy`, `modal-serve` and
-`train --type rl` run. It targets the backend `train` would use (`--backend` / `BACKEND_BASE_URL` / the embedded
-one) and, unlike 0.2.17, never a hosted default nobody configured: the embedded backend is reached only if it runs
-on this machine, a hosted one only with SYNTH_API_KEY. The key never appears in output; PyNaCl is imported only when sealing.
+`share_environment_key` is the preflight `serve`, `deploy`, `modal-serve` and `train --type rl` run. It targets the
+backend `train` would use (`--backend` / `BACKEND_BASE_URL` / the embedded one) and, unlike 0.2.17, never a hosted
+default nobody configured: the embedded backend is reached only if it runs on this machine, a hosted one only with
+SYNTH_API_KEY. The key never appears in output; PyNaCl is imported only when sealing.
 """
 
 from __future__ import annotations
@@ -123,14 +123,3 @@ def share_environment_key(key: str | None, *, say: Callable[[str], None], warn: 
         return ShareResult("failed", message, where)
     say("[preflight] ✓ ENVIRONMENT_API_KEY uploaded and verified")
     return ShareResult("uploaded", "uploaded and verified", where)
-
-
-def key_sharing_step(echo: Callable[[str], None]) -> Callable[[str | None], None]:
-    """What `serve` does with its app's key before starting (`serve_task_app(share_key=...)`): share it, printing
-    through `echo`; a failure only warns, as in 0.2.17's serve."""
-    def share(key: str | None) -> None:
-        result = share_environment_key(key, say=echo, warn=lambda m: echo(f"[WARN] {m}"))
-        if result.status == "skipped":
-            echo(f"[preflight] {result.message}")
-
-    return share

@@ -21,7 +21,6 @@ def resolve_entry(app_id: str | None) -> tuple[Any, Path]:
 def serve_with_uvicorn(app_id: str | None, *, host: str, port: int | None, env_files: list[str], reload: bool,
                        force: bool, trace: str | None, trace_db: str | None, out: Any) -> None:
     """`deploy --runtime uvicorn`: the same server as `synth-ai serve`."""
-    from synth_ai.client.env_keys import key_sharing_step
     from synth_ai.taskapp.serving import serve_task_app
 
     if port is None:
@@ -31,4 +30,4 @@ def serve_with_uvicorn(app_id: str | None, *, host: str, port: int | None, env_f
 
             port = int(typer.prompt("Port to serve on", default=DEFAULT_PORT))
     serve_task_app(app_id, host=host, port=port, env_files=env_files, reload=reload, force=force,
-                   trace_dir=trace, trace_db=trace_db, echo=out.info, share_key=key_sharing_step(out.info))
+                   trace_dir=trace, trace_db=trace_db, echo=out.info)

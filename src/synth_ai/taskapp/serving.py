@@ -2,9 +2,11 @@
 
 `serve_task_app(...)` loads env files, sets up tracing, checks the port (freeing it with `force=True` by stopping
 only the processes listening on it, by pid), makes sure an `ENVIRONMENT_API_KEY` is configured (no prompt unless
-stdin is a terminal), hands that key to the caller's `share_key` step, builds the app and runs uvicorn. The CLI's
-step (`client.env_keys.key_sharing_step`) shares the key, sealed, with the backend `train` would use; it is passed
-in rather than imported because task apps sit below the client in the layer order (docs/architecture.md).
+stdin is a terminal), shares that key, sealed, with the backend `train` would use when one is configured or the
+embedded one runs here (`client/env_keys.py`; failures only warn), builds the app and runs uvicorn.
+
+This module is the `serve` command's flow, so it sits in the flows layer although it lives with the task-app SDK
+(its documented path): it may use the client to share the key (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -212,12 +214,9 @@ def serve_task_app(
     echo: Callable[[str], None] = print,
     interactive: bool | None = None,
     log_level: str = "info",
-    share_key: Callable[[str | None], None] | None = None,
+    share_key: bool = True,
 ) -> None:
-    """Serve a task app (an id or alias, a discovery choice, or a `TaskAppEntry`) until interrupted.
-
-    `share_key`, when given, is called with the key the app accepts once every check has passed, before uvicorn
-    starts (the CLI passes `client.env_keys.key_sharing_step(echo)`); None shares nothing."""
+    """Serve a task app (an id or alias, a discovery choice, or a `TaskAppEntry`) until interrupted."""
     from synth_ai.taskapp.tracing import tracing_environment
 
     if not 1 <= int(port) <= 65535:
@@ -240,8 +239,14 @@ def serve_task_app(
     ensure_port_available(host, port, force=force, echo=echo)
     require_environment_api_key(interactive=interactive)
     _refuse_unguarded_app(entry, host, port)
-    if share_key:  # the backend's RL worker calls this app with this key
-        share_key(os.environ.get(ENV_KEY) or (allowed_environment_api_keys() or [None])[0])
+    if share_key:
+        from synth_ai.client.env_keys import share_environment_key
+
+        # The backend's RL worker calls this app with this key; a failure only warns, as in 0.2.17's serve.
+        result = share_environment_key(os.environ.get(ENV_KEY) or (allowed_environment_api_keys() or [None])[0],
+                                       say=echo, warn=lambda m: echo(f"[WARN] {m}"))
+        if result.status == "skipped":
+            echo(f"[preflight] {result.message}")
 
     import uvicorn
 
