@@ -1,8 +1,9 @@
 """The registry of job kinds: what the create routes, the body checks and the worker need to know about SFT and
 RL, in one place. Adding an algorithm is one package under `backend/trainers/` plus one entry here.
 
-The trainer side of a kind is named by `module:attribute` and imported only when used, so the API process reads
-settings (pure Python) but never imports the training stack (torch), which only the worker loads.
+Each part of a kind is named by `module:attribute` and imported only when used: the API process reads settings
+(pure Python) but never imports the training stack (torch), which only the worker loads, and the worker, which
+only runs jobs, never loads the config models (pydantic) the create-time checks are built from.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from synth_ai.backend.http_errors import ApiError
-from synth_ai.backend.jobs.job_bodies import check_rl_body, check_sft_body
 from synth_ai.errors import SynthError
 
 
@@ -23,7 +23,7 @@ class JobKind:
     name: str  # the jobs table's `kind`, and the prefix of the job's events ("sft.job.created")
     training_type: str  # stored when the body names none
     id_prefix: str  # job ids look like "<id_prefix>_<hex>"
-    check_body: Callable[..., dict[str, Any]]  # the create body checked and normalised, or an ApiError(400)
+    body_check: str  # "module:function": the create body checked and normalised, or an ApiError(400)
     settings: str  # "module:function": the stored payload read into the trainer's settings (no torch)
     runner: str  # "module:function": the training run, imported only by the worker
     package: str  # the trainer package; without it the kind is not available here
@@ -37,6 +37,9 @@ class JobKind:
             return importlib.util.find_spec(self.package) is not None
         except (ImportError, ValueError):
             return False
+
+    def check_body(self, body: Any, **context: Any) -> dict[str, Any]:
+        return _load(self.body_check)(body, **context)
 
     def resolve_settings(self, spec: dict[str, Any]) -> Any:
         return _load(self.settings)(spec)
@@ -60,10 +63,12 @@ def _load(reference: str) -> Callable[..., Any]:
 
 
 KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
-    JobKind(name="sft", training_type="sft_offline", id_prefix="job", check_body=check_sft_body,
+    JobKind(name="sft", training_type="sft_offline", id_prefix="job",
+            body_check="synth_ai.backend.jobs.job_bodies:check_sft_body",
             settings="synth_ai.backend.trainers.sft.sft_settings:resolve_settings",
             runner="synth_ai.backend.trainers.sft.trainer:run_sft", package="synth_ai.backend.trainers.sft"),
-    JobKind(name="rl", training_type="rl_online", id_prefix="rljob", check_body=check_rl_body,
+    JobKind(name="rl", training_type="rl_online", id_prefix="rljob",
+            body_check="synth_ai.backend.jobs.job_bodies:check_rl_body",
             settings="synth_ai.backend.trainers.rl.rl_settings:check_rl_job",
             runner="synth_ai.backend.trainers.rl.loop:run_rl", package="synth_ai.backend.trainers.rl"),
 )}
