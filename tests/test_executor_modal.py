@@ -37,6 +37,16 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _kill_remote_runs(data) -> None:
+    """End every emulated remote run (a process group per call) the backend recorded: a failing test must not leave
+    them training, held or not, after it."""
+    for state in (data / "backend" / "jobs").glob("*/remote.json"):
+        try:
+            os.killpg(int(json.loads(state.read_text())["call_id"]), signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+
+
 def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_text_models):
     data = tmp_path / "data"
     link_tiny(data, tiny_text_models)
@@ -79,7 +89,10 @@ def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_
         assert _alive(call_of(done_job)), "the first remote job ended before it could be held"
         wait_for(lambda: metric_seen(cancel_job), timeout=240, interval=0.3, what="metrics from the second job")
     except AssertionError:
-        raise AssertionError(first.log()) from None
+        log = first.log()
+        first.kill(signal.SIGKILL)
+        _kill_remote_runs(data)
+        raise AssertionError(log) from None
     submitted = [e for e in events(api, done_job) if e["type"] == "sft.remote.submitted"]
     assert len(submitted) == 1 and submitted[0]["data"]["gpu"] == "H100:1"
     call_ids.update({j: json.loads((data / "backend" / "jobs" / j / "remote.json").read_text())["call_id"] for j in ids})
@@ -135,8 +148,4 @@ def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_
         assert row["fine_tuned_model"] in [m["id"] for m in api.get("/learning/models").json()["data"]]
     finally:
         second.stop()
-        for pid in call_ids.values():  # a remote run this test left behind (only when it failed)
-            try:
-                os.killpg(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _kill_remote_runs(data)  # a remote run this test left behind (only when it failed)
