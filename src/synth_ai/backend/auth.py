@@ -18,5 +18,5 @@ from synth_ai.env.backend_keys import (
     stored_environment_keys,
 )
 
-__all__ = ["ENV_KEY_NAMES", "KnownKey", "accepted_keys", "create_key", "default_key", "ensure_keys", "environment_keys", "keys_path", "known_environment_keys", "register_environment_key",
-           "stored_environment_keys"]
+__all__ = ["ENV_KEY_NAMES", "KnownKey", "accepted_keys", "create_key", "default_key", "ensure_keys", "environment_keys",
+           "keys_path", "known_environment_keys", "register_environment_key", "stored_environment_keys"]

@@ -47,8 +47,8 @@ def load_rl(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
         try:
             resolved_model = resolve_model(model_id)
             if model_key != "source" and resolved_model.is_fine_tuned:
-                findings.error_found((_model_table(data), model_key), "a fine-tuned id cannot be a base model", model_id,
-                                     fix="move it to [model].source")
+                findings.error_found((_model_table(data), model_key), "a fine-tuned id cannot be a base model",
+                                     model_id, fix="move it to [model].source")
             check_trainable(resolved_model, "rl", allow_experimental=experimental_allowed(ctx.allow_experimental,
                                                                                            ctx.environ),
                             environ=ctx.environ)

@@ -104,7 +104,8 @@ def uses_lora(config: dict[str, Any]) -> bool:
     variety = str(table(config, "algorithm").get("variety", "")).lower()
     mode = str(table(config, "training").get("mode", "")).lower()
     kind = str(table(config, "hyperparameters").get("train_kind", "")).lower()
-    return variety == "lora" or mode in LORA_MODES or kind in LORA_MODES or table(config, "training").get("use_qlora") is True
+    qlora = table(config, "training").get("use_qlora") is True
+    return variety == "lora" or mode in LORA_MODES or kind in LORA_MODES or qlora
 
 
 def _check_algorithm(findings: Findings, data: dict[str, Any]) -> dict[str, str] | None:

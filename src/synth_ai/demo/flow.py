@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from synth_ai.demo.commands import CommandRunner
-from synth_ai.demo.plan import APP_ID, FAST, FULL, MODEL, RunFiles, Sizes, write_configs
+from synth_ai.demo.plan import APP_ID, FAST, FULL, MODEL, RunFiles, write_configs
 from synth_ai.demo.report import DemoResult, ModelScore, write_report
 from synth_ai.demo.services import Services
 from synth_ai.errors import InvalidInputError, JobFailedError

@@ -10,9 +10,9 @@ file when it changes, so a key added while it runs is accepted at once.
 
 `<data dir>/env_keys.json` (0600) lists ENVIRONMENT_API_KEY values registered with the backend: by
 `synth-ai setup --local`, or uploaded sealed through `POST /api/v1/env-keys` (`serve`, `deploy`, `train`; see
-`backend/store/sealed_keys.py`). `known_environment_keys()` / `environment_keys()` add the process environment's: that is
-every key the backend knows, what `POST /api/rl/verify_task_app`, the create-time probe of `POST /api/rl/jobs` and
-the RL worker try against a task app.
+`backend/store/sealed_keys.py`). `known_environment_keys()` / `environment_keys()` add the process environment's:
+that is every key the backend knows, what `POST /api/rl/verify_task_app`, the create-time probe of
+`POST /api/rl/jobs` and the RL worker try against a task app.
 """
 
 from __future__ import annotations

@@ -133,13 +133,14 @@ def plan_rl(config: LoadedConfig, backend: BackendTarget, *, api_key: str | None
     api = backend.api_base
     auth = _auth_headers(api_key)
     masked_env_key = mask_secret(env_key) if env_key else "<ENVIRONMENT_API_KEY is not set>"
-    task_headers = {"X-API-Key": masked_env_key, "X-API-Keys": masked_env_key, "Authorization": f"Bearer {masked_env_key}"}
+    task_headers = {"X-API-Key": masked_env_key, "X-API-Keys": masked_env_key,
+                    "Authorization": f"Bearer {masked_env_key}"}
     json_auth = {**auth, "Content-Type": "application/json"}
     plan = TrainPlan("rl", backend)
     plan.requests.append(Step(CHECK_HEALTH, "check task app health", "GET", join_url(config.task_url, "health"),
                               task_headers))
-    plan.requests.append(Step(CHECK_TASK_INFO, "check task app task_info", "GET", join_url(config.task_url, "task_info"),
-                              dict(task_headers)))
+    plan.requests.append(Step(CHECK_TASK_INFO, "check task app task_info", "GET",
+                              join_url(config.task_url, "task_info"), dict(task_headers)))
     sealed = (f"<ENVIRONMENT_API_KEY ({masked_env_key}) sealed to the key from GET {api}/v1/crypto/public-key>"
               if env_key else masked_env_key)
     plan.requests.append(Step(SHARE_ENV_KEY, "share ENVIRONMENT_API_KEY with the backend, sealed", "POST",

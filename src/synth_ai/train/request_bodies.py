@@ -20,7 +20,8 @@ SFT_VALIDATION_DEFAULTS = {
     "metric_for_best_model": "val.loss",
     "greater_is_better": False,
 }
-_LORA_KEYS = {"r": "lora_rank", "alpha": "lora_alpha", "dropout": "lora_dropout", "target_modules": "lora_target_modules"}
+_LORA_KEYS = {"r": "lora_rank", "alpha": "lora_alpha", "dropout": "lora_dropout",
+              "target_modules": "lora_target_modules"}
 
 
 def build_rl_payload(config: LoadedConfig, *, api_base: str) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from synth_ai.errors import (
     error_for_exit_code,
 )
 from synth_ai.train import plan
-from synth_ai.train.request_bodies import build_rl_payload
 from synth_ai.train.prepare import PreparedTraining
+from synth_ai.train.request_bodies import build_rl_payload
 from synth_ai.train.submission import Hooks, Submitted, create_job
 
 

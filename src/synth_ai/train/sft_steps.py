@@ -13,8 +13,8 @@ from synth_ai.client.resources import SynthAPI
 from synth_ai.config.toml_source import display_path
 from synth_ai.errors import InvalidInputError, NotFoundError
 from synth_ai.train import plan
-from synth_ai.train.request_bodies import build_sft_payload
 from synth_ai.train.prepare import PreparedTraining
+from synth_ai.train.request_bodies import build_sft_payload
 from synth_ai.train.submission import Hooks, Submitted, create_job
 
 READY = {"ready", "stored", "complete", "completed", "processed", "succeeded"}

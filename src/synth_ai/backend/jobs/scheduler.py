@@ -10,9 +10,9 @@ restart finds of an earlier run) is asked of the job's executor (`jobs.launching
 scheduler the chooser (`synth_ai.backend.executors.Executors`), so this module never imports an executor.
 
 Jobs are handed to a warm worker (a process that imported the training stack ahead of time, see
-`synth_ai.backend.jobs.warm_worker`) when one is ready, else started cold. Workers are started from this one long-lived thread
-because Linux's PR_SET_PDEATHSIG (which the worker uses to notice the backend dying) fires when the *thread* that
-forked it exits.
+`synth_ai.backend.jobs.warm_worker`) when one is ready, else started cold. Workers are started from this one
+long-lived thread because Linux's PR_SET_PDEATHSIG (which the worker uses to notice the backend dying) fires when
+the *thread* that forked it exits.
 """
 
 from __future__ import annotations

@@ -37,9 +37,9 @@ EXIT_NO_STACK = 3  # the warm process could not import the training stack
 STACK = ("torch", "transformers", "peft")
 # Imported ahead of a job: the stack, the trainers and the model code the bundled models use (transformers loads
 # model classes lazily, on first use).
-PRELOAD = ("torch", "transformers", "peft", "synth_ai.backend.trainers.sft.trainer", "synth_ai.backend.trainers.sft.data",
-           "synth_ai.backend.trainers.checkpoints", "synth_ai.backend.ml.loading", "synth_ai.backend.ml.templates",
-           "synth_ai.backend.store.model_store")
+PRELOAD = ("torch", "transformers", "peft", "synth_ai.backend.trainers.sft.trainer",
+           "synth_ai.backend.trainers.sft.data", "synth_ai.backend.trainers.checkpoints", "synth_ai.backend.ml.loading",
+           "synth_ai.backend.ml.templates", "synth_ai.backend.store.model_store")
 PRELOAD_OPTIONAL = ("synth_ai.backend.trainers.rl", "transformers.models.qwen3.modeling_qwen3",
                     "transformers.models.qwen3_vl.modeling_qwen3_vl", "transformers.models.auto.modeling_auto",
                     "transformers.models.auto.tokenization_auto", "transformers.models.auto.processing_auto",

@@ -1,9 +1,9 @@
 """One job's worker process: `python -m synth_ai.backend.jobs.worker <job_id>`.
 
 Started by the backend's scheduler, one process per job run: for its job, or ahead of time as a warm worker
-(`--warm`, see `synth_ai.backend.jobs.warm_worker`) that is handed the job id later. It loads the job from SQLite, runs the
-trainer and writes events, metrics and the final status to the database itself. torch, transformers and peft are
-imported here (through the trainer), never in the API process.
+(`--warm`, see `synth_ai.backend.jobs.warm_worker`) that is handed the job id later. It loads the job from SQLite,
+runs the trainer and writes events, metrics and the final status to the database itself. torch, transformers and
+peft are imported here (through the trainer), never in the API process.
 
 Stopping: the scheduler asks for a cancel by setting `cancel_requested` and sending SIGTERM; the worker tells the
 trainer to stop (`should_stop()`), records `cancelled` and exits 0. If the backend itself goes away (shutdown, or

@@ -116,7 +116,8 @@ def resolve_settings(spec: dict[str, Any]) -> Settings:
 
 
 def _mode(hp: Any, training: Any, algorithm: Any, notes: list[str]) -> str:
-    kind = str(first_set(hp.train_kind, training.mode, algorithm.variety if algorithm else None) or "full").strip().lower()
+    named = first_set(hp.train_kind, training.mode, algorithm.variety if algorithm else None)
+    kind = str(named or "full").strip().lower()
     if training.use_qlora or kind == "qlora":
         notes.append("QLoRA was requested; this backend trains LoRA adapters without quantising the base model.")
     if kind in FULL_KINDS:
