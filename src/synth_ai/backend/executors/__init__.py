@@ -18,11 +18,10 @@ from typing import Any
 
 from synth_ai.backend.executors.local import LocalExecutor
 from synth_ai.backend.executors.modal import ModalExecutor
-from synth_ai.backend.executors.placement import choose, job_needs
+from synth_ai.backend.executors.placement import choose, row_needs
 from synth_ai.backend.executors.torchrun import TORCHRUN_NPROC_ENV, TorchrunExecutor, torchrun_nproc
 from synth_ai.backend.jobs.launching import Executor, Launch, NoExecutorError
 from synth_ai.backend.server_settings import EXECUTORS as EXECUTOR_NAMES
-from synth_ai.backend.store.db import loads
 
 # one executor per name `--executor` accepts (server_settings.EXECUTORS), in the same order
 REGISTRY: dict[str, Executor] = {executor.name: executor
@@ -32,9 +31,7 @@ REGISTRY: dict[str, Executor] = {executor.name: executor
 def executor_for(backend_executor: str, row: Any) -> Executor:
     """The executor that runs this job under the backend's executor (or the one its needs require);
     NoExecutorError when nothing this backend can use would run it."""
-    payload = loads(row["payload"]) or {}
-    needs = job_needs(row["kind"], row["model"], payload if isinstance(payload, dict) else {})
-    return REGISTRY[choose(backend_executor, needs)]
+    return REGISTRY[choose(backend_executor, row_needs(row))]
 
 
 class Executors:

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from synth_ai.backend.executors.process_executor import ProcessExecutor, stop_leftover, worker_argv
+from synth_ai.backend.executors.process_executor import ProcessExecutor, stop_leftover_worker, worker_argv
 from synth_ai.backend.jobs.launching import Launch
-from synth_ai.backend.jobs.process_contract import worker_command_line
 from synth_ai.backend.server_settings import BackendSettings
-
-TORCHRUN_MODULE = "torch.distributed.run"
 
 
 class LocalExecutor(ProcessExecutor):
@@ -23,7 +20,4 @@ class LocalExecutor(ProcessExecutor):
         """A worker process that outlived its backend is stopped (it checkpoints; the job resumes in a new one).
         This covers every single worker process of the job: a cold or warm-started one, and torchrun's with one
         rank, which is a plain worker too."""
-        pid = row["worker_pid"]
-        cmdline = worker_command_line(pid, row["id"]) if pid else None
-        if cmdline is not None and TORCHRUN_MODULE.encode() not in cmdline:
-            stop_leftover(pid, settings.cancel_grace_s)
+        stop_leftover_worker(row, settings.cancel_grace_s, launcher=False)

@@ -37,7 +37,7 @@ from typing import Any
 from synth_ai.backend.executors.modal import STATE_FILE
 from synth_ai.backend.executors.modal_bases import stage_models
 from synth_ai.backend.executors.modal_plan import DEFAULT_TIMEOUT_S, ModalPlan, plan_for
-from synth_ai.backend.executors.modal_transport import DB_RELATIVE, Transport, transport_for
+from synth_ai.backend.executors.modal_transport import Transport, transport_for
 from synth_ai.backend.executors.placement import job_needs
 from synth_ai.backend.executors.remote_needs import job_secrets
 from synth_ai.backend.jobs.process_contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PARENT_ENV, die_with_parent

@@ -29,6 +29,7 @@ from synth_ai.backend.server_settings import (  # noqa: F401 - the names and the
     check_executor_name,
     modal_token_configured,
 )
+from synth_ai.backend.store.db import loads
 
 CPU_MAX_PARAMS_B = 2.0
 GPU_COUNT_ENV = "SYNTH_AI_BACKEND_GPUS"  # overrides the count of local GPUs (tests, containers without /dev/nvidia*)
@@ -95,6 +96,12 @@ def job_needs(kind: str, model: str, payload: dict[str, Any]) -> JobNeeds:
     gpu_type = compute.get("gpu_type") if isinstance(compute.get("gpu_type"), str) else None
     return JobNeeds(kind=kind, model=model, params_b=model_params_b(model), gpu_type=gpu_type,
                     gpu_count=count("gpu_count"), nodes=count("nodes"))
+
+
+def row_needs(row: Any) -> JobNeeds:
+    """A stored job's needs, from its row (kind, model, payload)."""
+    payload = loads(row["payload"]) or {}
+    return job_needs(row["kind"], row["model"], payload if isinstance(payload, dict) else {})
 
 
 def local_gpu_count() -> int:

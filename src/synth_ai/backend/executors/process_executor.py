@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
-from synth_ai.backend.jobs.process_contract import WORKER_MODULE
+from synth_ai.backend.jobs.process_contract import WORKER_MODULE, worker_command_line
 from synth_ai.processes import pid_alive
 
 
@@ -31,6 +32,19 @@ class ProcessExecutor:
 def worker_argv(job_id: str) -> list[str]:
     """One job worker process: the job function every executor runs in the end."""
     return [sys.executable, "-m", WORKER_MODULE, job_id]
+
+
+TORCHRUN_MODULE = "torch.distributed.run"
+
+
+def stop_leftover_worker(row: Any, grace_s: float, *, launcher: bool) -> None:
+    """After a restart: stop the job's recorded process if it still runs the job's worker, and is (`launcher=True`)
+    or is not (`launcher=False`) a torchrun launcher around it. local and torchrun each stop only their own kind,
+    so together they stop every leftover whatever the backend's executor setting is now."""
+    pid = row["worker_pid"]
+    cmdline = worker_command_line(pid, row["id"]) if pid else None
+    if cmdline is not None and (TORCHRUN_MODULE.encode() in cmdline) == launcher:
+        stop_leftover(pid, grace_s)
 
 
 def stop_leftover(pid: int, grace_s: float) -> None:

@@ -12,11 +12,15 @@ import os
 import sys
 from typing import Any
 
-from synth_ai.backend.executors.local import TORCHRUN_MODULE
-from synth_ai.backend.executors.placement import job_needs, local_gpu_count
-from synth_ai.backend.executors.process_executor import ProcessExecutor, stop_leftover, worker_argv
+from synth_ai.backend.executors.placement import local_gpu_count, row_needs
+from synth_ai.backend.executors.process_executor import (
+    TORCHRUN_MODULE,
+    ProcessExecutor,
+    stop_leftover_worker,
+    worker_argv,
+)
 from synth_ai.backend.jobs.launching import Launch
-from synth_ai.backend.jobs.process_contract import WORKER_MODULE, worker_command_line
+from synth_ai.backend.jobs.process_contract import WORKER_MODULE
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store.db import loads
 from synth_ai.errors import InvalidInputError
@@ -28,9 +32,7 @@ class TorchrunExecutor(ProcessExecutor):
     name = "torchrun"
 
     def launch(self, row: Any) -> Launch:
-        payload = loads(row["payload"]) or {}
-        needs = job_needs(row["kind"], row["model"], payload if isinstance(payload, dict) else {})
-        nproc = torchrun_nproc(_training_gpus(row["kind"], payload, needs.gpu_count))
+        nproc = torchrun_nproc(_training_gpus(row["kind"], loads(row["payload"]) or {}, row_needs(row).gpu_count))
         if nproc == 1:
             return Launch(self.name, worker_argv(row["id"]))
         argv = [sys.executable, "-m", TORCHRUN_MODULE, "--standalone", f"--nproc-per-node={nproc}",
@@ -41,10 +43,7 @@ class TorchrunExecutor(ProcessExecutor):
     def reattach(self, row: Any, settings: BackendSettings) -> None:
         """A launcher that outlived its backend is stopped, as a local worker is; the job resumes under a new one.
         Its pid is the job's worker_pid: rank 0 leaves that field to the launcher."""
-        pid = row["worker_pid"]
-        cmdline = worker_command_line(pid, row["id"]) if pid else None
-        if cmdline is not None and TORCHRUN_MODULE.encode() in cmdline:
-            stop_leftover(pid, settings.cancel_grace_s)
+        stop_leftover_worker(row, settings.cancel_grace_s, launcher=True)
 
 
 def torchrun_nproc(needs_gpus: int) -> int:
