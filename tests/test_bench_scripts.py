@@ -104,15 +104,31 @@ def test_rollout_counts_only_numeric_rewards(bench_path: None) -> None:
     assert rollout.percentile([0.3, 0.1, 0.2], 0.5) == 0.2
 
 
-def test_rl_step_config_is_what_the_trainer_reads(bench_path: None) -> None:
+@pytest.mark.parametrize("size,model,max_tokens,lr", [
+    ("tiny", "synth-ai/tiny-qwen3", 12, 1e-3),
+    ("mid", "synth-ai/random-qwen3-34m", 128, 1e-5),
+])
+def test_rl_step_config_is_what_the_trainer_reads(bench_path: None, size: str, model: str, max_tokens: int,
+                                                  lr: float) -> None:
     """The bench's RL config sets what it claims (batch, group, clip range, one step per iteration)."""
     import rl_step
 
     from synth_ai.backend.trainers.rl.rl_settings import resolve_rl_settings
 
-    settings = resolve_rl_settings({"data": {"endpoint_base_url": "http://127.0.0.1:1", "base_model": rl_step.MODEL_ID,
-                                             "config": rl_step.rl_config(5, 4, 8, 2)}})
+    profile = rl_step.SIZES[size]
+    settings = resolve_rl_settings({"data": {"endpoint_base_url": "http://127.0.0.1:1", "base_model": model,
+                                             "config": rl_step.rl_config(profile, 5, 4, 8, 2)}})
     assert (settings.iterations, settings.batch_size, settings.group_size) == (5, 4, 8)
     assert (settings.epsilon_low, settings.epsilon_high) == (3e-4, 4e-4)
-    assert settings.learning_rate == 1e-3 and settings.kl_coef == 0 and settings.gradient_accumulation_steps == 1
-    assert settings.policy_config["max_tokens"] == 12 and settings.env_config == {"things": 2}
+    assert settings.learning_rate == lr and settings.kl_coef == 0 and settings.gradient_accumulation_steps == 1
+    assert settings.policy_config["max_tokens"] == max_tokens and settings.env_config == {"things": 2}
+    assert settings.model_id == model
+
+
+def test_prose_task_rewards_differ_between_replies(bench_path: None) -> None:
+    """The mid bench's reward varies with the reply's text (a random model's group is never all-equal)."""
+    import prose_task_app as app
+
+    assert app.vowel_share("Aa bb") == 0.5 and app.vowel_share("xyz 123") == 0.0 and app.vowel_share("") == 0.0
+    assert app.prompt_for(3) == app.prompt_for(3) != app.prompt_for(4)
+    assert app.prompt_for(3).startswith("Continue this story: ")

@@ -76,9 +76,9 @@ def test_qwen3_vl_is_text_and_image():
         assert info.modalities == ("text",) and not info.supports_vision and info.max_images_per_message == 0
 
 
-def test_local_tiny_models_have_their_own_ids():
+def test_local_models_have_their_own_ids():
     local = {m.id: m for m in all_models() if m.is_local}
-    assert set(local) == {"synth-ai/tiny-qwen3", "synth-ai/tiny-qwen3-vl"}
+    assert set(local) == {"synth-ai/tiny-qwen3", "synth-ai/tiny-qwen3-vl", "synth-ai/random-qwen3-34m"}
     assert local["synth-ai/tiny-qwen3-vl"].supports_vision and not local["synth-ai/tiny-qwen3"].supports_vision
     assert not any(m.id.startswith("Qwen/") for m in local.values())
 

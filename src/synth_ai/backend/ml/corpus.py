@@ -153,3 +153,56 @@ def tokenizer_lines(seed: int, count: int) -> list[str]:
         color, shape, background = rng.choice(COLORS), rng.choice(SHAPES), rng.choice(COLORS)
         lines.append(f"A {color} {shape} on a {background} background.")
     return lines
+
+
+# Prose over a made-up lexicon: enough distinct words (Zipf-distributed, like natural text) for a BPE vocabulary
+# of tens of thousands of tokens, which the small English word lists above cannot fill.
+_ONSETS = ["", "b", "br", "c", "ch", "d", "dr", "f", "fl", "g", "gr", "h", "j", "k", "l", "m", "n", "p", "pl", "qu",
+           "r", "s", "sh", "sl", "st", "t", "th", "tr", "v", "w", "y", "z"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ee", "io", "ou", "oa", "y"]
+_CODAS = ["", "", "", "n", "r", "s", "l", "m", "nd", "st", "rk", "th", "ng", "x", "t", "ck"]
+
+
+def lexicon(seed: int, size: int) -> list[str]:
+    """`size` distinct made-up words of 1 to 4 syllables, in the order a Zipf sampler ranks them."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < size:
+        syllables = rng.choices((1, 2, 3, 4), weights=(3, 5, 3, 1))[0]
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
+
+
+class Prose:
+    """Sentences of words drawn from a lexicon with Zipf weights (rank^-1.05), plus occasional numbers."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.words = words
+        weights = [1.0 / (rank + 1) ** 1.05 for rank in range(len(words))]
+        total = 0.0
+        self._cumulative = []
+        for weight in weights:
+            total += weight
+            self._cumulative.append(total)
+
+    def sentence(self, rng: random.Random) -> str:
+        count = rng.randint(5, 16)
+        picked = rng.choices(self.words, cum_weights=self._cumulative, k=count)
+        if rng.random() < 0.15:
+            picked.insert(rng.randrange(count), str(rng.randrange(1000)))
+        text = " ".join(picked)
+        return text[0].upper() + text[1:] + rng.choice([".", ".", ".", "?", "!", ";", ","])
+
+    def paragraph(self, rng: random.Random, words: int) -> str:
+        """Sentences until the paragraph holds about `words` words."""
+        out: list[str] = []
+        count = 0
+        while count < words:
+            sentence = self.sentence(rng)
+            out.append(sentence)
+            count += sentence.count(" ") + 1
+        return " ".join(out)

@@ -68,7 +68,7 @@ def cache_folder_name(model_id: str) -> str:
 
 
 @contextlib.contextmanager
-def _deterministic_torch(seed: int) -> Iterator[None]:
+def deterministic_torch(seed: int) -> Iterator[None]:
     """One thread and fixed seeds for the duration of a build; the caller's settings are restored after."""
     import numpy as np
     import torch
@@ -90,13 +90,13 @@ def _deterministic_torch(seed: int) -> Iterator[None]:
         random.setstate(py_state)
 
 
-def _strip_control_tokens(text: str) -> str:
+def strip_control_tokens(text: str) -> str:
     for token in SPECIAL_TOKENS + PLAIN_ADDED_TOKENS:
         text = text.replace(token, "\n")
     return text
 
 
-def _render(conversations: list[dict[str, Any]], template: str) -> list[str]:
+def render_chats(conversations: list[dict[str, Any]], template: str) -> list[str]:
     """Render conversations with `template` (those without tools in one call, the others one by one)."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
@@ -114,17 +114,23 @@ def _render(conversations: list[dict[str, Any]], template: str) -> list[str]:
 
 def train_tokenizer(recipe: TinyRecipe) -> Any:
     """Byte-level BPE on rendered synthetic chats; returns a transformers fast tokenizer."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     from synth_ai.backend.ml.corpus import conversation
 
     rng = random.Random(recipe.seed)
     conversations = [conversation(rng) for _ in range(recipe.tokenizer_conversations)]
-    texts = [_strip_control_tokens(t) for t in _render(conversations, QWEN3_TRAINING_TEMPLATE)]
+    texts = [strip_control_tokens(t) for t in render_chats(conversations, QWEN3_TRAINING_TEMPLATE)]
     texts += [f"A {c} {s} on a {b} background." for c in ("red", "green", "blue", "yellow", "black", "white",
                                                            "orange", "purple")
               for s in ("square", "circle", "triangle", "stripe") for b in ("red", "blue", "white")]
+    return bpe_tokenizer(texts, recipe.vocab_size)
+
+
+def bpe_tokenizer(texts: list[str], vocab_size: int) -> Any:
+    """A byte-level BPE of `vocab_size` tokens (Qwen's control tokens included) trained on `texts`, wrapped as a
+    transformers fast tokenizer with Qwen's end-of-turn, padding and training chat template."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(_SPLIT_PATTERN), behavior="isolated", invert=False),
@@ -132,7 +138,7 @@ def train_tokenizer(recipe: TinyRecipe) -> Any:
     ])
     tok.decoder = decoders.ByteLevel()
     added = len(SPECIAL_TOKENS) + len(PLAIN_ADDED_TOKENS)
-    trainer = trainers.BpeTrainer(vocab_size=recipe.vocab_size - added, min_frequency=2, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - added, min_frequency=2, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
     tok.train_from_iterator(texts, trainer=trainer)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
@@ -154,7 +160,7 @@ def _text_config(recipe: TinyRecipe, tokenizer: Any) -> dict[str, Any]:
     )
 
 
-def _generation_config(tokenizer: Any) -> Any:
+def generation_config_for(tokenizer: Any) -> Any:
     from transformers import GenerationConfig
 
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -178,7 +184,7 @@ def _pretrain_rows(tokenizer: Any, recipe: TinyRecipe, rng: random.Random, rows:
     stream: list[int] = []
     while len(stream) < need:
         batch = [conversation(rng) for _ in range(512)]
-        for ids in tokenizer(_render(batch, QWEN3_TRAINING_TEMPLATE), add_special_tokens=False)["input_ids"]:
+        for ids in tokenizer(render_chats(batch, QWEN3_TRAINING_TEMPLATE), add_special_tokens=False)["input_ids"]:
             stream.extend(ids)
     return torch.tensor(stream[:need], dtype=torch.long).view(rows, recipe.pretrain_seq_len)
 
@@ -191,7 +197,7 @@ def build_text(target: Path, recipe: TinyRecipe = DEFAULT_RECIPE,
 
     log = log or (lambda _msg: None)
     started = time.perf_counter()
-    with _deterministic_torch(recipe.seed):
+    with deterministic_torch(recipe.seed):
         tokenizer = train_tokenizer(recipe)
         tokenizer_s = time.perf_counter() - started
         config = Qwen3Config(**_text_config(recipe, tokenizer))
@@ -217,14 +223,14 @@ def build_text(target: Path, recipe: TinyRecipe = DEFAULT_RECIPE,
             last = loss.item()
         model.eval()
     target.mkdir(parents=True, exist_ok=True)
-    model.generation_config = _generation_config(tokenizer)
+    model.generation_config = generation_config_for(tokenizer)
     model.save_pretrained(str(target))
     tokenizer.save_pretrained(str(target))
     stats = {"id": TINY_TEXT_ID, "recipe_version": RECIPE_VERSION, "recipe": asdict(recipe),
              "parameters": sum(p.numel() for p in model.parameters()), "pretrain_loss_first": round(first, 4),
              "pretrain_loss_final": round(last, 4), "tokenizer_s": round(tokenizer_s, 2),
              "build_s": round(time.perf_counter() - started, 2)}
-    _write_card(target, stats)
+    write_card(target, stats)
     log(f"built {TINY_TEXT_ID}: loss {first:.2f} -> {last:.2f} in {stats['build_s']} s")
     return stats
 
@@ -262,7 +268,7 @@ def build_vl(target: Path, text_dir: Path, recipe: TinyRecipe = DEFAULT_RECIPE,
         size={"shortest_edge": 32 * 32, "longest_edge": 128 * 128},
     )
     processor = build_processor(tokenizer, image_processor, QWEN3_VL_TRAINING_TEMPLATE)
-    with _deterministic_torch(recipe.seed + 7):
+    with deterministic_torch(recipe.seed + 7):
         model = Qwen3VLForConditionalGeneration(config)
         text_model = Qwen3ForCausalLM.from_pretrained(str(text_dir), local_files_only=True)
         copied = model.model.language_model.load_state_dict(text_model.model.state_dict(), strict=True)
@@ -286,7 +292,7 @@ def build_vl(target: Path, text_dir: Path, recipe: TinyRecipe = DEFAULT_RECIPE,
             for _ in range(recipe.vl_batch):
                 image, caption = picture(rng, recipe.image_size)
                 conv = vision_conversation(rng, {"type": "image"}, caption)
-                texts.append(_render([conv], QWEN3_VL_TRAINING_TEMPLATE)[0])
+                texts.append(render_chats([conv], QWEN3_VL_TRAINING_TEMPLATE)[0])
                 images.append([image])
             batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
             labels = batch["input_ids"].clone()
@@ -303,20 +309,20 @@ def build_vl(target: Path, text_dir: Path, recipe: TinyRecipe = DEFAULT_RECIPE,
             last = loss.item()
         model.eval()
     target.mkdir(parents=True, exist_ok=True)
-    model.generation_config = _generation_config(tokenizer)
+    model.generation_config = generation_config_for(tokenizer)
     model.save_pretrained(str(target))
     tokenizer.save_pretrained(str(target))
     image_processor.save_pretrained(str(target))
     stats = {"id": TINY_VL_ID, "recipe_version": RECIPE_VERSION, "recipe": asdict(recipe),
              "parameters": sum(p.numel() for p in model.parameters()), "pretrain_loss_first": round(first, 4),
              "pretrain_loss_final": round(last, 4), "build_s": round(time.perf_counter() - started, 2)}
-    _write_card(target, stats)
+    write_card(target, stats)
     log(f"built {TINY_VL_ID}: loss {first:.2f} -> {last:.2f} in {stats['build_s']} s")
     return stats
 
 
-def _write_card(target: Path, stats: dict[str, Any]) -> None:
-    card = {"kind": "base", "tiny": True, "model_id": stats["id"], **stats}
+def write_card(target: Path, stats: dict[str, Any], *, tiny: bool = True) -> None:
+    card = {"kind": "base", "tiny": tiny, "model_id": stats["id"], **stats}
     (target / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
 
 

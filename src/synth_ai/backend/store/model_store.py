@@ -3,8 +3,9 @@
 `ModelStore(data_dir)` maps a model id to a local Hugging Face-format folder:
 
 - `synth-ai/tiny-qwen3`, `synth-ai/tiny-qwen3-vl`: built deterministically on first use (`ml/tiny.py`) into
-  `<data_dir>/models/tiny/<name>-r<recipe>/`. A build runs under a file lock in a temp folder that is renamed into
-  place, so two processes asking at once build once and nobody sees half a model.
+  `<data_dir>/models/tiny/<name>-r<recipe>/`; `synth-ai/random-qwen3-34m` (random weights, for benches: `ml/mid.py`)
+  likewise into `<data_dir>/models/built/<name>-r<recipe>/`. A build runs under a file lock in a temp folder that is
+  renamed into place, so two processes asking at once build once and nobody sees half a model.
 - real ids (`Qwen/Qwen3-0.6B`, `Qwen/Qwen3-VL-2B-Instruct`, ...): a folder under
   `<data_dir>/models/local/<org>/<name>/`, or the Hugging Face cache (offline only: `HF_HUB_OFFLINE=1`, `local_files_only=True`); an absolute path to an
   HF-format folder also works. Missing weights raise `NotFoundError` that says how to make them available.
@@ -51,15 +52,17 @@ class ModelStore:
     # Listing ----------------------------------------------------------------------------------------------------
     def list_models(self) -> list[dict[str, Any]]:
         """Base models usable here (tiny ones, local folders, the HF cache) and every registered fine-tuned model."""
+        from synth_ai.backend.ml.mid import MID_IDS
         from synth_ai.backend.ml.tiny import TINY_IDS
 
         out: list[dict[str, Any]] = []
-        for model_id in TINY_IDS:
-            path = self._tiny_path(model_id)
+        for model_id in TINY_IDS + MID_IDS:
+            path = self._built_path(model_id)
             built = (path / "config.json").exists()
             out.append(self._base_entry(model_id, path, created=_mtime(path) if built else None,
-                                        status="ready" if built else "builds_on_first_use", source="tiny"))
-        seen = set(TINY_IDS)
+                                        status="ready" if built else "builds_on_first_use",
+                                        source="tiny" if model_id in TINY_IDS else "built"))
+        seen = set(TINY_IDS + MID_IDS)
         for model_id, path, source in self._real_models():
             if model_id.lower() in {s.lower() for s in seen}:
                 continue
@@ -92,11 +95,15 @@ class ModelStore:
             raise InvalidInputError("Model identifier is empty.", hint="Pass a model id such as 'synth-ai/tiny-qwen3'.")
         if is_fine_tuned_id(raw):
             return self._resolve_fine_tuned(raw)
+        from synth_ai.backend.ml.mid import MID_IDS
         from synth_ai.backend.ml.tiny import TINY_IDS
 
         for tiny_id in TINY_IDS:
             if raw.lower() == tiny_id.lower():
                 return self.ensure_tiny(tiny_id)
+        for mid_id in MID_IDS:
+            if raw.lower() == mid_id.lower():
+                return self.ensure_mid(mid_id)
         try:
             as_path = Path(raw).expanduser()
             if as_path.is_absolute():
@@ -164,32 +171,49 @@ class ModelStore:
             if snapshot is not None:
                 yield info.id, snapshot, "hf_cache"
 
-    # Tiny models ------------------------------------------------------------------------------------------------
-    def _tiny_path(self, model_id: str) -> Path:
+    # Models built here: tiny and mid-size ------------------------------------------------------------------------
+    def _built_path(self, model_id: str) -> Path:
+        from synth_ai.backend.ml.mid import MID_IDS, mid_cache_folder_name
         from synth_ai.backend.ml.tiny import cache_folder_name
 
+        if model_id in MID_IDS:
+            return self.root / "built" / mid_cache_folder_name(model_id)
         return self.tiny_root / cache_folder_name(model_id)
 
     def ensure_tiny(self, model_id: str, recipe: Any = None) -> Path:
         """Build the tiny model once (under a lock, in a temp folder renamed into place) and return its folder."""
         from synth_ai.backend.ml import tiny
 
-        target = self._tiny_path(model_id)
+        target = self._built_path(model_id)
         if recipe is not None:  # a custom recipe (tests) gets its own folder
             target = target.with_name(f"{target.name}-{_recipe_digest(recipe)}")
         if (target / "config.json").exists():
             return target
+        kwargs = {} if recipe is None else {"recipe": recipe}
         if model_id == tiny.TINY_VL_ID:
             text_dir = self.ensure_tiny(tiny.TINY_TEXT_ID, recipe)
-        with self._lock(f"tiny-{target.name}"):
+            return self._build_once(target, lambda staging: tiny.build_vl(staging, text_dir, **kwargs))
+        return self._build_once(target, lambda staging: tiny.build_text(staging, **kwargs))
+
+    def ensure_mid(self, model_id: str, recipe: Any = None) -> Path:
+        """Build the mid-size bench model once, the way `ensure_tiny` builds a tiny one."""
+        from synth_ai.backend.ml import mid
+
+        target = self._built_path(model_id)
+        if recipe is not None:
+            target = target.with_name(f"{target.name}-{_recipe_digest(recipe)}")
+        kwargs = {} if recipe is None else {"recipe": recipe}
+        return self._build_once(target, lambda staging: mid.build_mid_text(staging, **kwargs))
+
+    def _build_once(self, target: Path, build: Any) -> Path:
+        """`build(staging)` under a lock into a temp folder renamed to `target`, unless `target` is there."""
+        if (target / "config.json").exists():
+            return target
+        with self._lock(f"build-{target.name}"):
             if (target / "config.json").exists():
                 return target
             with publish_folder(target) as staging:
-                kwargs = {} if recipe is None else {"recipe": recipe}
-                if model_id == tiny.TINY_VL_ID:
-                    tiny.build_vl(staging, text_dir, **kwargs)
-                else:
-                    tiny.build_text(staging, **kwargs)
+                build(staging)
         return target
 
     # Fine-tuned models ------------------------------------------------------------------------------------------
