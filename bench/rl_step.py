@@ -206,6 +206,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     rows, reward = trl_task(args.size, args.iterations * args.batch, args.things)
     ends: list[float] = []
+    cpu: list[float] = []
     rewards: list[float] = []
     rollouts: list[float] = []
     lengths: list[float] = []
@@ -213,6 +214,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     class Clock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             ends.append(time.perf_counter())
+            cpu.append(time.process_time())
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
@@ -246,7 +248,8 @@ def run_trl(args: argparse.Namespace) -> dict:
     seconds = [b - a for a, b in zip(ends, ends[1:])]
     return {"seconds": seconds, "rewards": rewards, "rollout_s": rollouts[1:len(ends)],
             "update_s": [round(t - r, 3) for t, r in zip(seconds, rollouts[1:len(ends)])],
-            "completion_tokens": lengths, "peak_rss_mb": peak_rss_mb()}
+            "cpu": [b - a for a, b in zip(cpu, cpu[1:])], "completion_tokens": lengths,
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def worker(kind: str, args: argparse.Namespace) -> None:
@@ -268,8 +271,8 @@ def spawn(kind: str, args: argparse.Namespace) -> dict:
     raise SystemExit(f"{kind} run failed (exit {proc.returncode})")
 
 
-def report_run(run: int, kind: str, result: dict) -> float:
-    """Print one run's figures; returns its median seconds per iteration."""
+def report_run(run: int, kind: str, result: dict) -> tuple[float, float]:
+    """Print one run's figures; returns its median seconds and CPU seconds per iteration."""
     seconds = statistics.median(result["seconds"])
     curve = ", ".join(f"{r:.3f}" for r in result["rewards"] if r is not None)
     print(f"run {run} {kind:4s}: {seconds:.2f} s per iteration (median of {len(result['seconds'])}; "
@@ -279,10 +282,8 @@ def report_run(run: int, kind: str, result: dict) -> float:
              if r is not None and u is not None]
     print(f"           rollout / update s: {', '.join(split)} (medians {statistics.median(result['rollout_s']):.2f} / "
           f"{statistics.median(result['update_s']):.2f})", flush=True)
-    if result.get("cpu"):
-        print("           trainer process CPU s per iteration: " + ", ".join(f"{c:.3f}" for c in result["cpu"]),
-              flush=True)
-    return seconds
+    print("           trainer process CPU s per iteration: " + ", ".join(f"{c:.2f}" for c in result["cpu"]), flush=True)
+    return seconds, statistics.median(result["cpu"])
 
 
 def main() -> None:
@@ -318,7 +319,10 @@ def main() -> None:
     for run in range(args.runs):
         for kind, bucket in (("ours", ours), ("trl", base)):
             bucket.append(report_run(run + 1, kind, spawn(kind, args)))
-    x, y = statistics.median(ours), statistics.median(base)
+    x, y = statistics.median(s for s, _ in ours), statistics.median(s for s, _ in base)
+    cx, cy = statistics.median(c for _, c in ours), statistics.median(c for _, c in base)
+    print(f"trainer process CPU s per iteration (less sensitive to a busy machine; ours leaves out its task app and "
+          f"rollout-sender processes): ours {cx:.2f}, baseline {cy:.2f}, ratio {cy / cx:.2f}")
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(f"reproduce: .venv/bin/python bench/rl_step.py --size {args.size} "
           f"--runs {args.runs} --iterations {args.iterations} --batch {args.batch} --group {args.group} "

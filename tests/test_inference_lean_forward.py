@@ -40,7 +40,7 @@ def _prompts(lengths: list[int]) -> tuple[Any, Any, Any]:
     return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
 
 
-def _compare(model: Any, lengths: list[int]) -> None:
+def _compare(model: Any, lengths: list[int], steps: int = 4) -> None:
     from transformers import DynamicCache
 
     from synth_ai.backend.inference.lean_forward import lean_decoder
@@ -50,7 +50,7 @@ def _compare(model: Any, lengths: list[int]) -> None:
     ids, mask, positions = _prompts(lengths)
     ours, theirs = lean.new_cache(), DynamicCache()
     with torch.inference_mode():
-        for step in range(4):  # the prefill, then three decoding steps
+        for step in range(steps):  # the prefill, then decoding steps
             got = lean.last_logits(ids, mask, positions, ours)
             want = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=theirs, use_cache=True,
                          logits_to_keep=1).logits[:, -1, :]
@@ -74,6 +74,26 @@ def test_lean_forward_matches_transformers_through_prefill_and_decoding(folder: 
         layer.input_norm, layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj, layer.q_norm, layer.k_norm,
         layer.post_norm, layer.gate_proj, layer.up_proj, layer.down_proj, layer.act, lean.final_norm, lean.lm_head))
     _compare(model, lengths)
+
+
+def test_decoding_writes_into_the_cache_without_copying_it(folder: Any) -> None:
+    """Decoding steps append one column into the cache's spare room (no copy of the whole cache per step), and the
+    numbers stay those of `transformers` when the room runs out and the cache moves to a bigger buffer."""
+    from synth_ai.backend.inference.lean_forward import lean_decoder
+
+    model = _model(folder)
+    lean = lean_decoder(model)
+    ids, mask, positions = _prompts([7, 3])
+    cache = lean.new_cache()
+    storages = []
+    with torch.inference_mode():
+        for _ in range(6):
+            ids = lean.last_logits(ids, mask, positions, cache).argmax(dim=-1, keepdim=True)
+            positions = positions[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones((2, 1), dtype=mask.dtype)], dim=1)
+            storages.append(cache.layers[0].keys.untyped_storage().data_ptr())
+    assert len(set(storages)) == 1 and cache.layers[0].keys.shape[2] == 12
+    _compare(model, [7, 3, 7, 5], steps=45)  # 7 columns, room for 16 more, then 23 more: two moves
 
 
 def test_lean_forward_runs_lora_adapters(folder: Any) -> None:

@@ -12,7 +12,8 @@ bits, at less CPU per step (a LoRA layer or a hooked module is still called as a
 
 `lean_decoder(model)` gives one per model (None when the model is not a plain Qwen3 text decoder with SDPA
 attention: the caller keeps the `transformers` forward). The KV cache is a `KVCache`: per layer, `keys` / `values`
-tensors (rows, kv heads, columns, head dim), grown by concatenation as `DynamicCache` grows them.
+tensors (rows, kv heads, columns, head dim), holding what `DynamicCache` would hold; outside autograd they are
+views of buffers with room to grow (`KVLayer.extend`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,46 @@ _DECODERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _NONE = object()
 
 
+ROOM_STEP = 256  # a cache buffer grows by at most this many columns at a time (see `KVLayer.extend`)
+
+
 @dataclass
 class KVLayer:
     keys: Any = None
     values: Any = None
+    room: Any = None  # (key buffer, value buffer, the `keys` they back): see `extend`
+
+    def extend(self, k: Any, v: Any) -> tuple[Any, Any]:
+        """The cached keys and values with the new columns `k` / `v` appended (also stored in the layer).
+
+        Why buffers: `torch.cat` allocates and copies the whole cache at every decoding step, for every layer; at
+        a mid-size model's batch of 32 rows that was a fifth of the decoding time (bench/README.md). Outside
+        autograd the columns are written into buffers with spare columns after them (doubling, by at most
+        ROOM_STEP), and `keys` / `values` are views of their leading columns: same values, one column copied per
+        step. A cache someone replaced (the running batch merges and retires rows by building new tensors) moves
+        into new buffers at its next extension; under autograd it is concatenated as before."""
+        import torch
+
+        if torch.is_grad_enabled():
+            if self.keys is not None:
+                k, v = torch.cat([self.keys, k], dim=-2), torch.cat([self.values, v], dim=-2)
+            self.keys, self.values = k, v
+            return k, v
+        used = 0 if self.keys is None else int(self.keys.shape[2])
+        total = used + int(k.shape[2])
+        room = self.room
+        if room is None or room[2] is not self.keys or room[0].shape[2] < total:
+            rows, heads, _, dim = k.shape
+            capacity = total + min(max(total, 16), ROOM_STEP)
+            room = (k.new_empty((rows, heads, capacity, dim)), v.new_empty((rows, heads, capacity, dim)))
+            if used:
+                room[0][:, :, :used] = self.keys
+                room[1][:, :, :used] = self.values
+        room[0][:, :, used:total] = k
+        room[1][:, :, used:total] = v
+        self.keys, self.values = room[0][:, :, :total], room[1][:, :, :total]
+        self.room = (room[0], room[1], self.keys)
+        return self.keys, self.values
 
 
 @dataclass
@@ -81,7 +118,6 @@ class LeanDecoder:
     def last_logits(self, ids: Any, mask: Any, positions: Any, cache: KVCache) -> Any:
         """Logits (rows, vocab) at each row's last position. `ids` / `positions` (rows, new tokens); `mask` (rows,
         cached + new columns), 1 where a row has a real token; `cache` holds the cached columns and is extended."""
-        import torch
 
         rows, new = ids.shape
         past = 0 if cache.layers[0].keys is None else int(cache.layers[0].keys.shape[2])
@@ -97,10 +133,7 @@ class LeanDecoder:
             k = layer.k_norm(layer.k_proj(x).view(shape)).transpose(1, 2)
             v = layer.v_proj(x).view(shape).transpose(1, 2)
             q, k = self.apply_rotary(q, k, cos, sin)
-            if kv.keys is not None:
-                k = torch.cat([kv.keys, k], dim=-2)
-                v = torch.cat([kv.values, v], dim=-2)
-            kv.keys, kv.values = k, v
+            k, v = kv.extend(k, v)
             out, _ = self.attention(attn, q, k, v, attn_mask, dropout=0.0, scaling=attn.scaling, sliding_window=None)
             hidden = residual + layer.o_proj(out.reshape(rows, new, -1).contiguous())
             x = layer.post_norm(hidden)

@@ -61,7 +61,7 @@ def mid_prose(recipe: MidRecipe = DEFAULT_MID_RECIPE) -> Any:
 def train_mid_tokenizer(recipe: MidRecipe) -> Any:
     from synth_ai.backend.ml.corpus import conversation
     from synth_ai.backend.ml.templates import QWEN3_TRAINING_TEMPLATE
-    from synth_ai.backend.ml.tiny import render_chats, strip_control_tokens, bpe_tokenizer
+    from synth_ai.backend.ml.tiny import bpe_tokenizer, render_chats, strip_control_tokens
 
     rng = random.Random(recipe.seed)
     prose = mid_prose(recipe)
