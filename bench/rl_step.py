@@ -20,7 +20,8 @@ you set it). Two sizes (`--size`):
   process instead, sharing its GIL); time per iteration = the gap between successive `rl.train.step` events;
   rollout time = the step's `rollout_s`, update time = its `train_s`;
 - baseline: TRL `GRPOTrainer` (generation with `model.generate`, the reward function called in process: it does
-  no HTTP at all); time per iteration = the gap between successive `on_step_end` callbacks; rollout time = its
+  no HTTP at all; at `mid` without TRL's default gradient checkpointing, which memory here does not need and which
+  would recompute every layer's forward during the backward pass); time per iteration = the gap between successive `on_step_end` callbacks; rollout time = its
   `_generate_and_score_completions` (generation and rewards), update time = the rest of the step.
 
 Peak RSS is each side's trainer process (`ru_maxrss`; ours' task app and rollout-sender processes are apart). The
@@ -56,12 +57,14 @@ REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO / "bench" / ".cache" / "rl-data"
 APP_KEY = "sk_env_rl_step_bench_0000000000"
 HYPER = {"temperature": 1.0, "epsilon_low": 3e-4, "epsilon_high": 4e-4, "max_grad_norm": 1.0, "seed": 1}
-# What differs between the sizes: the model, the task app (and its env name), new tokens, learning rate, iterations.
+# What differs between the sizes: the model, the task app (and its env name), new tokens, learning rate, iterations,
+# and whether TRL keeps its default gradient checkpointing (mid: off, as memory is plentiful; it would recompute
+# every layer's forward in the backward pass and make the comparison one of settings).
 SIZES = {
     "tiny": {"model": "synth-ai/tiny-qwen3", "app": "color-quiz", "env": "color_quiz", "max_tokens": 12,
-             "learning_rate": 1e-3, "iterations": 6},
+             "learning_rate": 1e-3, "iterations": 6, "trl_gradient_checkpointing": True},
     "mid": {"model": "synth-ai/random-qwen3-34m", "app": "bench-prose", "env": "bench_prose", "max_tokens": 128,
-            "learning_rate": 1e-5, "iterations": 4},
+            "learning_rate": 1e-5, "iterations": 4, "trl_gradient_checkpointing": False},
 }
 
 sys.path.insert(0, str(REPO / "src"))
@@ -231,6 +234,7 @@ def run_trl(args: argparse.Namespace) -> dict:
             max_grad_norm=HYPER["max_grad_norm"], max_steps=args.iterations, optim="adamw_torch", use_cpu=True,
             bf16=False, fp16=False, report_to=[], save_strategy="no", logging_steps=1, seed=HYPER["seed"],
             shuffle_dataset=False, disable_tqdm=True, dataloader_num_workers=0, disable_dropout=True,
+            gradient_checkpointing=size["trl_gradient_checkpointing"],
         )
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
                               processing_class=tokenizer, callbacks=[Clock()])

@@ -13,7 +13,9 @@ CPU, one torch thread each (OMP_NUM_THREADS=1 unless you set it). Two sizes (`--
 
 - ours: `synth_ai.backend.trainers.sft.trainer.run_sft`, the function the backend's job worker calls, with a reporter
   that drops events; time = its training loop (`train_runtime_s`, data preparation and saving excluded);
-- baseline: TRL `SFTTrainer` with `assistant_only_loss=True` and the same chat template; time = from
+- baseline: TRL `SFTTrainer` with `assistant_only_loss=True` and the same chat template, otherwise its defaults
+  (batches in random order, padded to their longest row) except, at `mid`, no gradient checkpointing (memory here
+  does not need it, and it recomputes every layer's forward during the backward pass); time = from
   `on_train_begin` to `on_train_end` (dataset tokenization excluded).
 
 Tokens per second = non-padding tokens fed to the model (each example's length, times epochs) / training time.
@@ -47,9 +49,13 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / "bench" / ".cache"
 DATA_DIR = CACHE / "sft-data"
 HYPER = {"warmup_ratio": 0.1, "per_device_batch": 8, "gradient_accumulation_steps": 1, "seed": 42}
+# mid turns off TRL's default gradient checkpointing: memory is plentiful, and recomputing every layer's forward in
+# the backward pass would make the comparison one of settings
 SIZES = {
-    "tiny": {"model": "synth-ai/tiny-qwen3", "learning_rate": 1e-3, "examples": 256, "epochs": 2},
-    "mid": {"model": "synth-ai/random-qwen3-34m", "learning_rate": 1e-4, "examples": 64, "epochs": 1},
+    "tiny": {"model": "synth-ai/tiny-qwen3", "learning_rate": 1e-3, "examples": 256, "epochs": 2,
+             "trl_gradient_checkpointing": True},
+    "mid": {"model": "synth-ai/random-qwen3-34m", "learning_rate": 1e-4, "examples": 64, "epochs": 1,
+            "trl_gradient_checkpointing": False},
 }
 
 sys.path.insert(0, str(REPO / "src"))
@@ -174,6 +180,7 @@ def run_trl(size: dict, data: Path, epochs: int, sequence_length: int) -> dict:
             max_length=sequence_length, assistant_only_loss=True, use_cpu=True, bf16=False, fp16=False,
             report_to=[], save_strategy="no", logging_steps=10_000, dataloader_num_workers=0,
             seed=HYPER["seed"], packing=False, disable_tqdm=True, dataset_num_proc=None,
+            gradient_checkpointing=size["trl_gradient_checkpointing"],
         )
         trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                              callbacks=[Clock()])
