@@ -187,6 +187,40 @@ def test_labels_cover_assistant_tokens_only(ml_store: ModelStore) -> None:
     assert len(labelled) < len(example.input_ids)
 
 
+def test_padded_rows_train_as_they_would_alone(ml_store: ModelStore) -> None:
+    """Rows of different lengths in one micro-batch (right-padded, no attention mask: causal attention already
+    keeps a real token from the padding after it) give each row the loss and gradient it has alone."""
+    from transformers import AutoModelForCausalLM
+
+    from synth_ai.backend.ml.loading import core_parts, load_tokenizer
+    from synth_ai.backend.ml.templates import QWEN3_TRAINING_TEMPLATE
+    from synth_ai.backend.trainers.sft.data import Encoder, collate
+    from synth_ai.backend.trainers.sft.token_loss import SelectedTokenLoss
+
+    folder = ml_store.resolve("synth-ai/tiny-qwen3")
+    tokenizer = load_tokenizer(folder)
+    encoder = Encoder(tokenizer, QWEN3_TRAINING_TEMPLATE, sequence_length=512)
+    examples = [encoder.encode(r, i, "mem") for i, r in enumerate(pirate_records(3, seed=5))]
+    examples.append(encoder.encode({"messages": [{"role": "user", "content": "Tell me a long story " * 6},
+                                                 {"role": "assistant", "content": "Arr, once a tiger " * 8}]}, 4, "m"))
+    assert len({e.length for e in examples}) > 1
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    loss = SelectedTokenLoss(model, *core_parts(model), bf16=False, image_pad=None, vision_dtype=None)
+
+    def loss_and_grad(rows: list[Any]) -> tuple[float, Any]:
+        model.zero_grad(set_to_none=True)
+        value = loss(collate(rows, tokenizer.pad_token_id))
+        value.backward()
+        return float(value), model.model.layers[0].self_attn.q_proj.weight.grad.clone()
+
+    batch = collate(examples, tokenizer.pad_token_id)
+    assert batch["attention_mask"] is None and batch["input_ids"].shape[1] == max(e.length for e in examples)
+    together, grad = loss_and_grad(examples)
+    alone = [loss_and_grad([e]) for e in examples]
+    assert together == pytest.approx(sum(v for v, _ in alone), rel=1e-5)
+    assert torch.allclose(grad, sum(g for _, g in alone), rtol=1e-4, atol=1e-6)
+
+
 def test_tool_calls_are_rendered_and_learned(ml_store: ModelStore) -> None:
     from synth_ai.backend.ml.loading import load_tokenizer
     from synth_ai.backend.ml.templates import QWEN3_TRAINING_TEMPLATE

@@ -289,14 +289,18 @@ class PixelLoader:
 
 
 def collate(examples: list[Example], pad_id: int, pixels: PixelLoader | None = None) -> dict[str, Any]:
-    """Right-padded tensors; no attention mask when every row has the same length."""
+    """Right-padded tensors. Text rows get no attention mask: under causal attention a real token sees only the
+    positions before it, all real, so the padding after it changes nothing it computes (and the padding's own
+    positions carry no label). Without a mask SDPA runs its causal kernel, which skips the masked half of every
+    score matrix: 5-7% of a mid-size model's step on CPU. Qwen3-VL rows (`pixels` given) keep one when their
+    lengths differ: its rope positions are computed from it."""
     import torch
 
     width = max(e.length for e in examples)
     rows = len(examples)
     input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
     labels = torch.full((rows, width), IGNORE, dtype=torch.long)
-    ragged = any(e.length != width for e in examples)
+    ragged = pixels is not None and any(e.length != width for e in examples)
     attention = torch.zeros((rows, width), dtype=torch.long) if ragged else None
     for r, e in enumerate(examples):
         input_ids[r, :e.length] = torch.tensor(e.input_ids, dtype=torch.long)
