@@ -166,7 +166,7 @@ def run_ours(args: argparse.Namespace) -> dict:
             "rollout_s": [s[1].get("rollout_s") for s in steps[1:]],
             "update_s": [s[1].get("train_s") for s in steps[1:]],
             "cpu": [b[2] - a[2] for a, b in zip(steps, steps[1:])],  # this process's CPU seconds (all its threads)
-            "peak_rss_mb": peak_rss_mb()}
+            "completion_tokens": [s[1].get("response_tokens_mean") for s in steps], "peak_rss_mb": peak_rss_mb()}
 
 
 def trl_task(size_name: str, rows_needed: int, things: int) -> tuple[list[dict], object]:
@@ -279,9 +279,10 @@ def report_run(run: int, kind: str, result: dict) -> tuple[float, float]:
     """Print one run's figures; returns its median seconds and CPU seconds per iteration."""
     seconds = statistics.median(result["seconds"])
     curve = ", ".join(f"{r:.3f}" for r in result["rewards"] if r is not None)
+    lengths = ", ".join(f"{n:.1f}" for n in result["completion_tokens"] if n is not None)
     print(f"run {run} {kind:4s}: {seconds:.2f} s per iteration (median of {len(result['seconds'])}; "
           f"each {', '.join(f'{s:.2f}' for s in result['seconds'])}), mean reward per iteration [{curve}], "
-          f"peak RSS {result['peak_rss_mb']:.0f} MB", flush=True)
+          f"mean completion tokens [{lengths}], peak RSS {result['peak_rss_mb']:.0f} MB", flush=True)
     split = [f"{r:.2f}/{u:.2f}" for r, u in zip(result["rollout_s"], result["update_s"])
              if r is not None and u is not None]
     print(f"           rollout / update s: {', '.join(split)} (medians {statistics.median(result['rollout_s']):.2f} / "
