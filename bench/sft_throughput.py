@@ -12,7 +12,8 @@ CPU, one torch thread each (OMP_NUM_THREADS=1 unless you set it). Two sizes (`--
   320-506 tokens, 418 on average), lr 1e-4, 64 examples x 1 epoch. Here the model's arithmetic dominates.
 
 - ours: `synth_ai.backend.trainers.sft.trainer.run_sft`, the function the backend's job worker calls, with a reporter
-  that drops events; time = its training loop (`train_runtime_s`, data preparation and saving excluded);
+  that drops events and no checkpoint during the run (TRL saves none either); time = its training loop
+  (`train_runtime_s`, data preparation and saving the final model excluded);
 - baseline: TRL `SFTTrainer` with `assistant_only_loss=True` and the same chat template, otherwise its defaults
   (batches in random order, padded to their longest row) except, at `mid`, no gradient checkpointing (memory here
   does not need it, and it recomputes every layer's forward during the backward pass); time = from
@@ -140,8 +141,10 @@ def run_ours(size: dict, data: Path, epochs: int, sequence_length: int) -> dict:
     store = ModelStore(DATA_DIR)
     with tempfile.TemporaryDirectory(prefix="sft-bench-ours-") as work:
         spec = {"model": size["model"], "job_id": "bench", "training_file_path": str(data),
+                # no checkpoint during the run: TRL's side saves none either (save_strategy="no")
                 "hyperparameters": {**HYPER, "learning_rate": size["learning_rate"], "n_epochs": epochs,
-                                    "sequence_length": sequence_length, "train_kind": "full"}}
+                                    "sequence_length": sequence_length, "train_kind": "full",
+                                    "save_steps": 1_000_000}}
         result = run_sft(spec, workdir=Path(work), model_store=store, reporter=Quiet(), should_stop=lambda: False)
     return {"tokens": result["train_tokens"], "seconds": result["train_runtime_s"],
             "cpu_seconds": cpu["end"] - cpu["begin"],
