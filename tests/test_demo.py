@@ -66,6 +66,7 @@ def test_fast_demo_runs_the_loop_and_cleans_up(tiny_text_models, tmp_path, isola
     assert _backend_status(env) == 10
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_interrupted_demo_stops_what_it_started_and_a_rerun_starts_cleanly(tiny_text_models, tmp_path, isolated_home):
     from conftest import free_port
 

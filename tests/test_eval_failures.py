@@ -80,6 +80,7 @@ def test_errors_and_timeouts_are_reported_not_scored(cli, isolated_home: Path, m
     assert "Eval complete: 1 ok, 1 failed" in human.stdout and "error: HTTP 500" in human.stdout
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_keeps_every_finished_seed(isolated_home: Path) -> None:
     slow_from = 3
 
@@ -144,6 +145,7 @@ def _count(db: Path) -> int:
         return 0
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_a_seed_interrupted_while_its_session_is_written_counts_as_stored(isolated_home: Path, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Ctrl-C while a session is being written: the write completes (one transaction), so the seed finished and
