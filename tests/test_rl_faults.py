@@ -52,7 +52,7 @@ def test_cancel_while_rollouts_are_in_flight(tmp_path: Path, tiny_text_models: l
             log = events(api, job_id)
             assert status(api, job_id) == "cancelled"
             stopped = next(e for e in log if e["type"] == "rl.train.stopped")
-            assert "rollouts in flight were cancelled" in stopped["message"]
+            assert "because the job was cancelled; rollouts in flight were cancelled" in stopped["message"]
             assert stopped["data"]["iteration"] >= 1
             assert log[-1]["type"] == "rl.job.cancelled"
             assert not any(e["type"] in ("rl.train.completed", "rl.job.completed") for e in log)
@@ -86,6 +86,8 @@ def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny
                 assert job["attempts"] == 2
                 types = [e["type"] for e in log]
                 assert "rl.job.requeued" in types
+                stopped = next(e for e in log if e["type"] == "rl.train.stopped")  # nobody asked: it says why
+                assert "because the backend process went away (it was killed or crashed)" in stopped["message"]
                 resumed = next(e for e in log if e["type"] == "rl.train.resumed")
                 assert resumed["data"]["iteration"] >= 2
                 points = api.get(f"/rl/jobs/{job_id}/metrics", params={"name": "reward.mean", "limit": 100}

@@ -177,9 +177,9 @@ def cancel_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:
     return job_doc(backend, backend.jobs.get(job_id))
 
 
-def add_job_routes(router: APIRouter, prefix: str, kind: str) -> None:
+def add_job_routes(router: APIRouter, prefix: str, kind: str | None) -> None:
     """GET {prefix}/{id}, /status, /events, /events/stream, /metrics, /timeline, /config and POST /start,
-    /cancel."""
+    /cancel, for jobs of `kind` (None: any kind; a job of another kind is a 404)."""
     add_stream_route(router, prefix, kind, load_job)
 
     @router.get(f"{prefix}/{{job_id}}")

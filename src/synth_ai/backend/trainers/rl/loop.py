@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from synth_ai.backend.trainers import distributed
-from synth_ai.backend.trainers.common import SilentReporter, TrainingCancelled
+from synth_ai.backend.trainers.common import SilentReporter, TrainingCancelled, stop_reason
 from synth_ai.backend.trainers.rl.data_parallel import from_main, place_rank, run_rollouts
 from synth_ai.backend.trainers.rl.iteration_report import (
     iteration_record,
@@ -223,9 +223,11 @@ class GSPORun:
 
     def _stop(self, it: int) -> None:
         path = self.trainer.checkpoint(it, self.history, self.last_eval) if it > self.start else None
+        why = stop_reason(self.should_stop)
         self.reporter.event("rl.train.stopped",
-                            f"Stopped before iteration {it} as asked; rollouts in flight were cancelled.",
-                            {"iteration": it, "checkpoint": str(path) if path else None}, level="warning")
+                            f"Stopped before iteration {it} because {why}; rollouts in flight were cancelled.",
+                            {"iteration": it, "checkpoint": str(path) if path else None, "reason": why},
+                            level="warning")
         raise TrainingCancelled(it, path)
 
     def finish(self) -> dict[str, Any]:
