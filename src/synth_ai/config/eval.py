@@ -13,6 +13,7 @@ from synth_ai.config.fields import (
     SECTION,
     FiniteFloat,
     NonEmptyStr,
+    NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     Seeds,
@@ -56,8 +57,10 @@ class EvalConfig(BaseModel):
     image_only_mode: bool | None = None
     judge: dict[str, Any] | None = None
     judges: list[dict[str, Any]] | None = None
-    # ours: a per-seed deadline for the whole /rollout call, and where traces go (`none` stores nothing)
+    # ours: a per-seed deadline for the whole /rollout call, how long a seed waits for an unreachable task app (0:
+    # not at all), and where traces go (`none` stores nothing)
     rollout_timeout_s: PositiveFloat | None = None
+    task_app_wait_s: NonNegativeFloat | None = None
     trace_db: str | None = None
 
 
