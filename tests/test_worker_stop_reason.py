@@ -17,7 +17,8 @@ from synth_ai.backend.jobs.worker import StopSignal
 from synth_ai.backend.store.db import Database
 from synth_ai.backend.store.job_records import JobStore
 
-# The middle process stands for the backend: it starts the "worker", then leaves after `linger` seconds. The worker
+# The middle process stands for the backend: it starts the "worker", waits until the worker has its imports and is
+# about to ask (so a slow start under load cannot outlast `linger`), then leaves after `linger` seconds. The worker
 # has had its SIGTERM (terminated is set) while its parent is still there, and asks why.
 SCRIPT = textwrap.dedent("""
     import os, subprocess, sys, time
@@ -30,8 +31,10 @@ SCRIPT = textwrap.dedent("""
         "from synth_ai.backend.store.job_records import JobStore\\n"
         "stop = StopSignal(JobStore(Database(Path(sys.argv[1]))), sys.argv[2], os.getppid())\\n"
         "stop.terminated.set()\\n"
+        "sys.stderr.write('asking\\\\n'); sys.stderr.flush(); sys.stderr.close()\\n"
         "print(stop.why(), flush=True)\\n")
-    subprocess.Popen([sys.executable, "-c", worker, db_path, job_id])
+    child = subprocess.Popen([sys.executable, "-c", worker, db_path, job_id], stderr=subprocess.PIPE, text=True)
+    child.stderr.readline()
     time.sleep(linger)
 """)
 
