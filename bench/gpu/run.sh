@@ -7,7 +7,7 @@
 # Wheels: when bench/gpu/wheels/ holds any (bench/gpu/prepare_wheels.sh), they are installed into a private folder
 # put first on PYTHONPATH, with pip offline and without dependencies, and the machine's own torch, transformers
 # and peft are used. --smoke skips them unless --wheels is given. Interpreter: $PYTHON, else the repository's
-# .venv, else python3. Every other argument goes to bench/gpu/kit.py.
+# .venv, else python3. Every other argument goes to bench/gpu/gpu_kit.py.
 set -euo pipefail
 export KIT_STARTED="${KIT_STARTED:-$(date +%s.%N)}"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -48,4 +48,4 @@ elif [ "$wheels" = 1 ]; then
   echo "run.sh: no wheels in bench/gpu/wheels (run bench/gpu/prepare_wheels.sh); using what is installed" >&2
 fi
 export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"
-exec "$py" bench/gpu/kit.py "${args[@]}"
+exec "$py" bench/gpu/gpu_kit.py "${args[@]}"

@@ -2,7 +2,7 @@
 
 Run it through `bench/gpu/run.sh` (it installs the carried wheels first); see bench/gpu/README.md. This process
 only plans, spawns and writes: every step (the tokenizer and SFT rows, each model, each measurement) runs in
-`worker.py` in its own process, so one failure (an out-of-memory error, TRL missing, a crash, a step that overruns)
+`gpu_worker.py` in its own process, so one failure (an out-of-memory error, TRL missing, a crash, a step that overruns)
 becomes one error row and the kit goes on. results.json and results.md in `--out` are rewritten after every step.
 """
 
@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import plan as planning
-import report
-from build import QWEN_REGULAR_TOKENS
-from shapes import SMOKE
+import gpu_plan as planning
+import gpu_report as report
+from gpu_inputs import QWEN_REGULAR_TOKENS
+from gpu_shapes import SMOKE
 
 HERE = Path(__file__).resolve().parent
 LOG_TAIL = 4000
@@ -53,7 +53,7 @@ class Kit:
         limit = max(1.0, min(limit, self.left()))
         started = time.monotonic()
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            process = subprocess.Popen([sys.executable, str(HERE / "worker.py"), json.dumps(job)], stdout=out,
+            process = subprocess.Popen([sys.executable, str(HERE / "gpu_worker.py"), json.dumps(job)], stdout=out,
                                        stderr=err, cwd=HERE.parents[1], env=_worker_env(), start_new_session=True)
             try:
                 process.wait(timeout=limit)
@@ -92,18 +92,18 @@ class Kit:
             self.notes.append(f"preparation failed, nothing measured: {result['error']}")
             return False
         made = result.pop("data")
-        self.environment = {k: v for k, v in result.items() if k != "wall_s"}
+        self.environment = {k: v for k, v in result.items() if k not in ("wall_s", "peak_memory_gib",
+                                                                           "peak_memory_kind")}
         for need in data:
             self.data[need["seq_len"]] = {**made[str(need["seq_len"])], "path": need["path"]}
         return True
 
     def model(self, name: str) -> str | None:
         if name not in self.models:
-            times = planning.TIMES[name]
             folder = self.scratch / "models" / name
             made = self.work(f"model {name}", {"kind": "model", "model": name, "tokenizer": str(self.scratch /
                                                                                                "tokenizer"),
-                                               "model_path": str(folder)}, times[1])
+                                               "model_path": str(folder)}, planning.TIMES[name]["build"][1])
             self.models[name] = None if "error" in made else str(folder)
             if "error" in made:
                 self.notes.append(f"{name}: building the model failed ({made['error']}); its rows are errors")
@@ -146,7 +146,7 @@ class Kit:
         for index, step in enumerate(steps):
             partner = steps[index + 1] if index + 1 < len(steps) and steps[index + 1].pair == step.pair else None
             if not any(r["id"] == step.id for r in self.rows):
-                build = 0.0 if step.model in self.models else planning.TIMES[step.model][0]
+                build = 0.0 if step.model in self.models else planning.TIMES[step.model]["build"][0]
                 need = build + step.min_s + (partner.min_s if partner else 0.0)
                 if self.left() < need:
                     self.skip(step, f"budget spent: {max(0.0, self.left()):.0f} s left, needs about {need:.0f} s")

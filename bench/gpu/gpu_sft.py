@@ -6,7 +6,7 @@
 Both: full fine-tune with fp32 master weights and bf16 autocast on a GPU (LoRA: the base in bf16, rank 16, alpha 32,
 dropout 0.05, all linear layers), AdamW (fused on a GPU), lr 1e-5 (LoRA 2e-4), linear decay, grad-norm clip 1.0,
 `batch` rows per optimizer step, no gradient accumulation, activation checkpointing as the job says, SDPA attention.
-No packing on either side: every row already holds about `seq_len` tokens (`build.sft_rows`), and `batch` is chosen
+No packing on either side: every row already holds about `seq_len` tokens (`gpu_inputs.sft_rows`), and `batch` is chosen
 so that an optimizer step trains about 8,192 tokens at every sequence length.
 
 Timing: the wall time between the ends of successive optimizer steps (each side's step ends with the loss on the
@@ -20,6 +20,7 @@ import json
 import statistics
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ LORA = {"r": 16, "alpha": 32, "dropout": 0.05}
 
 def timing(ends: list[float], warmup: int, tokens_per_step: float) -> dict[str, Any]:
     """Step times from step-end timestamps, the first `warmup` steps left out."""
-    gaps = [b - a for a, b in zip(ends, ends[1:])][max(0, warmup - 1):]
+    gaps = [b - a for a, b in pairwise(ends)][max(0, warmup - 1):]
     if not gaps:
         raise RuntimeError(f"only {len(ends)} steps finished: nothing left to time after {warmup} warm-up steps")
     return {"step_s": statistics.median(gaps), "steps_timed": len(gaps),

@@ -1,5 +1,5 @@
 """The GSPO bench's task app, written with our task-app SDK like any user's: one turn, a prompt chosen by the seed,
-the policy's answer scored by `build.gspo_reward` (any text scores, so groups differ at random init).
+the policy's answer scored by `gpu_inputs.gspo_reward` (any text scores, so groups differ at random init).
 
 Policy config: `inference_url` (set by the trainer), `max_tokens`, `temperature`. The trainer serves it over HTTP
 (uvicorn), as a real job's task app is.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from build import gspo_prompt, gspo_reward
+from gpu_inputs import gspo_prompt, gspo_reward
 
 APP_ID = "gpu-kit-bench"
 TASK_ID = "gpu_kit_bench"

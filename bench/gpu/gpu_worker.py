@@ -1,11 +1,11 @@
-"""One step of the GPU kit in its own process: `python bench/gpu/worker.py '<job json>'`.
+"""One step of the GPU kit in its own process: `python bench/gpu/gpu_worker.py '<job json>'`.
 
 Its own process so that each measurement's peak memory is its own, an out-of-memory error or a crash ends only
 that measurement, and the kit can stop one that overruns its time. Prints `RESULT <json>` last: the step's numbers,
 or `{"error": ...}`, with the peak memory (GPU: torch's peak allocation; CPU: the process's peak RSS).
 
 Jobs (`kind`): `prepare` (environment facts, the tokenizer, the SFT rows), `model` (a random-weight model folder),
-`sft` and `gspo` (`side` ours or trl; see sft_sides.py and gspo_sides.py).
+`sft` and `gspo` (`side` ours or trl; see gpu_sft.py and gpu_gspo.py), `rl` (our GSPO update alone, gpu_gspo.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ def environment() -> dict[str, Any]:
     from importlib import metadata
 
     import torch
-
-    from shapes import peak_flops
+    from gpu_shapes import peak_flops
 
     versions = {}
     for name in VERSIONS:
@@ -48,31 +47,32 @@ def environment() -> dict[str, Any]:
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    import build
+    import gpu_inputs
 
     kind = job["kind"]
     if kind == "prepare":
         tokenizer = Path(job["tokenizer"])
-        made = {**environment(), "tokenizer": build.build_tokenizer(job["regular_tokens"], tokenizer)}
-        made["data"] = {str(d["seq_len"]): build.sft_rows(tokenizer, d["seq_len"], d["rows"], Path(d["path"]))
+        made = {**environment(), "tokenizer": gpu_inputs.build_tokenizer(job["regular_tokens"], tokenizer)}
+        made["data"] = {str(d["seq_len"]): gpu_inputs.sft_rows(tokenizer, d["seq_len"], d["rows"], Path(d["path"]))
                         for d in job["data"]}
         return made
     if kind == "model":
         import torch
-
-        from shapes import SHAPES
+        from gpu_shapes import SHAPES
 
         shape = SHAPES[job["model"]]
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        return build.build_model(shape, Path(job["tokenizer"]), Path(job["model_path"]), device)
+        return gpu_inputs.build_model(shape, Path(job["tokenizer"]), Path(job["model_path"]), device)
     if kind == "sft":
-        import sft_sides
+        import gpu_sft
 
-        return sft_sides.run_ours(job) if job["side"] == "ours" else sft_sides.run_trl(job)
-    if kind == "gspo":
-        import gspo_sides
+        return gpu_sft.run_ours(job) if job["side"] == "ours" else gpu_sft.run_trl(job)
+    if kind in ("gspo", "rl"):
+        import gpu_gspo
 
-        return gspo_sides.run_ours(job) if job["side"] == "ours" else gspo_sides.run_trl(job)
+        if kind == "rl":
+            return gpu_gspo.run_update(job)
+        return gpu_gspo.run_ours(job) if job["side"] == "ours" else gpu_gspo.run_trl(job)
     raise ValueError(f"unknown job kind {kind!r}")
 
 

@@ -5,7 +5,7 @@ that fill the sequence length, and the GSPO bench's prompts.
   synthetic merges (pairs of tokens it already has) to 151,643 regular tokens, with Qwen's control tokens after them
   (ids 151,643 on, as in Qwen3). Every id a random model can sample below 151,669 decodes to some text, so GSPO
   rewards computed from the text vary from the first iteration.
-- Models: `Qwen3ForCausalLM` of a `shapes.Shape`, initialised on the GPU in bf16 (seconds, not minutes on a CPU)
+- Models: `Qwen3ForCausalLM` of a `gpu_shapes.Shape`, initialised on the GPU in bf16 (seconds, not minutes on a CPU)
   and saved as a Hugging Face folder that `ModelStore.resolve` takes by absolute path.
 - SFT rows: chats of corpus exchanges appended until the rendered chat (our training template) is as long as the
   sequence length allows, so every row holds about `seq_len` tokens, which is what packing produces; both trainers
@@ -19,7 +19,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from shapes import Shape
+from gpu_shapes import Shape
 
 QWEN_REGULAR_TOKENS = 151_643  # Qwen3's byte-level BPE vocabulary; its control tokens follow
 TRAINED_VOCAB = 8192  # what the corpus can support; the rest of the vocabulary is filled

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shapes import SHAPES, mfu
-from sft_sides import LORA
+from gpu_sft import LORA
+from gpu_shapes import SHAPES, mfu
 
 # Self-reported figures on one H100 that the issue asks us to pass on the same shapes.
 ANCHORS = [
@@ -22,7 +22,7 @@ ANCHORS = [
 ]
 FLOPS_FORMULA = ("training FLOPs per token: full 6*N + 12*L*H*Q*T, LoRA 4*N + 6*N_lora + 12*L*H*Q*T (N = weights "
                  "of the decoder's matrix multiplies and the LM head, L layers, H heads, Q head dim, T sequence "
-                 "length; PaLM appendix B); MFU = FLOPs/s / the GPU's dense bf16 peak; GSPO rows: the update only")
+                 "length; PaLM appendix B); MFU = FLOPs/s / the GPU's dense bf16 peak; GSPO and RL rows: the update only")
 
 
 def finish_row(row: dict[str, Any], result: dict[str, Any], peak: float | None, tokens_hint: float | None) -> None:
@@ -76,16 +76,18 @@ def markdown(document: dict[str, Any]) -> str:
              f"Device: {gpu}. Started {document['kit']['started']}; budget {document['kit']['budget_s']:.0f} s, "
              f"spent {document['kit'].get('spent_s', 0):.0f} s. Versions: "
              + ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v) + ".", "",
-             "| Model | Trainer | Bench | Mode | Seq len | GPU | Tokens/s | Step time (s) | Peak memory (GiB) | MFU "
-             "| vs TRL | Note |",
+             ("| Model | Trainer | Bench | Mode | Seq len | GPU | Tokens/s | Step time (s) | Peak memory (GiB) | MFU "
+              "| vs TRL | Note |"),
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = document["rows"]
     for row in rows:
-        seq = row["seq_len"] if row["bench"] == "sft" else f"{row.get('prompt_tokens', 0):.0f}+{row['seq_len']}"
+        seq = f"{row.get('prompt_tokens', 0):.0f}+{row['seq_len']}" if row["bench"] == "gspo" else row["seq_len"]
         note = row.get("error") or row.get("note") or ""
         if row["bench"] == "gspo" and row.get("status") == "ok":
             note = (f"iteration {_num(row.get('step_s'), '.2f')} s = rollouts {_num(row.get('rollout_s'), '.2f')} s "
                     f"+ update {_num(row.get('update_s'), '.2f')} s; {row.get('samples')} samples")
+        elif row["bench"] == "rl" and row.get("status") == "ok":
+            note = f"GSPO update alone: {row.get('samples')} samples, one optimizer step; TRL has no such mode"
         lines.append(f"| {display_model(row['model'])} | {'ours' if row['side'] == 'ours' else 'TRL'} | {row['bench']} "
                      f"| {row['mode']} | {seq} | {gpu} | {_num(row.get('tokens_per_s'), ',.0f')} "
                      f"| {_num(row.get('step_s'), '.3f')} | {_num(row.get('peak_memory_gib'), '.1f')} "
@@ -94,8 +96,8 @@ def markdown(document: dict[str, Any]) -> str:
         lines.append(f"| {anchor['model']} | {anchor['source']} | {anchor['bench']} | {anchor['mode']} "
                      f"| {anchor['seq_len'] or '—'} | 1x H100 (self-reported) | {anchor['tokens_per_s']:,} | — "
                      f"| {_num(anchor['peak_memory_gib'], '.1f')} | — | | anchor |")
-    lines += ["", f"Peak memory: torch's peak GPU allocation of the measuring process (on a CPU: its peak RSS). "
-              f"{FLOPS_FORMULA}. GSPO tokens/s = trained tokens / update seconds.", ""]
+    lines += ["", (f"Peak memory: torch's peak GPU allocation of the measuring process (on a CPU: its peak RSS). "
+                   f"MFU: {FLOPS_FORMULA}. GSPO tokens/s = trained tokens / update seconds."), ""]
     lines += [f"- {note}" for note in document.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -109,8 +111,9 @@ def _side_text(row: dict[str, Any] | None) -> str:
         return f"skipped ({row.get('note')})"
     memory = f"peak {row.get('peak_memory_gib', 0):.2f} GiB {row.get('peak_memory_kind', '')}".rstrip()
     extra = f", MFU {row['mfu']:.1%}" if row.get("mfu") is not None else ""
-    if row["bench"] == "sft":
-        return f"{row['tokens_per_s']:,.0f} tokens/s (step {row['step_s']:.3f} s, {memory}{extra})"
+    if row["bench"] in ("sft", "rl"):
+        what = "step" if row["bench"] == "sft" else "update"
+        return f"{row['tokens_per_s']:,.0f} tokens/s ({what} {row['step_s']:.3f} s, {memory}{extra})"
     return (f"{row['step_s']:.2f} s/iteration (rollouts {_num(row.get('rollout_s'), '.2f')} s, update "
             f"{_num(row.get('update_s'), '.2f')} s, {_num(row.get('tokens_per_s'), ',.0f')} tokens/s, {memory}{extra})")
 
@@ -120,8 +123,9 @@ def pair_line(rows: list[dict[str, Any]], pair: str, device: str) -> str:
     ours = next((r for r in rows if r["pair"] == pair and r["side"] == "ours"), None)
     trl = next((r for r in rows if r["pair"] == pair and r["side"] == "trl"), None)
     first = ours or trl
-    shape = (f"{first['seq_len']}" if first["bench"] == "sft" else
-             f"{first.get('batch')}x{first.get('group')}x{first['seq_len']}")
+    shape = {"sft": f"{first['seq_len']}", "rl": f"{first.get('samples')}x{first['seq_len']}",
+             "gspo": f"{first.get('batch')}x{first.get('group')}x{first['seq_len']}"}[first["bench"]]
+    baseline = "no trainer-only mode" if first["bench"] == "rl" else _side_text(trl)
     ratio = _ratio(rows, ours) if ours else ""
     return (f"{first['bench']:<4} {display_model(first['model'])} {first['mode']} {shape} [{device}]: "
-            f"ours {_side_text(ours)}; TRL {_side_text(trl)}" + (f"; ratio {ratio}" if ratio else ""))
+            f"ours {_side_text(ours)}; TRL {baseline}" + (f"; ratio {ratio}" if ratio else ""))

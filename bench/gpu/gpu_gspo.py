@@ -3,10 +3,10 @@
 Per iteration: `batch` prompts x `group` samples, `new_tokens` new tokens each (a random policy almost never samples
 an end token, so completions run to the limit), temperature 1.0, full fine-tune (fp32 master weights, bf16 autocast
 on a GPU), AdamW lr 1e-6, grad-norm clip 1.0, one optimizer step per iteration, no KL term, clip range 3e-4 / 4e-4.
-The reward is `build.gspo_reward` of the answer's text on both sides.
+The reward is `gpu_inputs.gspo_reward` of the answer's text on both sides.
 
 - ours: `synth_ai.backend.trainers.rl.run_rl`, the function the backend's job worker calls, with the built-in
-  rollout engine; the task app (`task_app.py`) is served over HTTP by uvicorn in a thread, and the rollouts go
+  rollout engine; the task app (`gpu_task_app.py`) is served over HTTP by uvicorn in a thread, and the rollouts go
   trainer -> task app -> policy server, as in a real job. Iteration time = the gap between successive
   `rl.train.step` events; rollout and update seconds are the event's own `rollout_s` / `train_s`.
 - baseline: TRL `GRPOTrainer` with `importance_sampling_level="sequence"` (TRL's GSPO), generation with
@@ -15,6 +15,12 @@ The reward is `build.gspo_reward` of the answer's text on both sides.
 
 The first iteration is a warm-up and is not counted. Trained tokens per iteration = samples x (prompt tokens + mean
 completion tokens); tokens/s in the table = those tokens / update seconds (the trainer alone, as prime-rl reports).
+
+`run_update` is the trainer alone at a long sequence length, the shape of prime-rl's RL anchor (full, 16k): our
+`GSPOTrainer.train`, the update `run_rl` calls each iteration, on `samples` random samples of `seq_len` tokens
+(a 512-token prompt each, all different, the rest completion), one optimizer step over them, one sample per forward
+pass (`max_accumulated_minibatch = 1`, gradient accumulation over the samples). The first update is a warm-up.
+TRL has no trainer-only mode, so this row has no baseline.
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ import os
 import statistics
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from build import gspo_prompt, gspo_reward, prompt_tokens
+from gpu_inputs import gspo_prompt, gspo_reward, prompt_tokens
 
 APP_KEY = "sk_env_gpu_kit_bench_000000000000"
 HYPER = {"learning_rate": 1e-6, "epsilon_low": 3e-4, "epsilon_high": 4e-4, "max_grad_norm": 1.0, "seed": 1}
@@ -67,11 +74,12 @@ def rl_config(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_ours(job: dict[str, Any]) -> dict[str, Any]:
+    from gpu_task_app import build_config
+
     from synth_ai.backend.store.model_store import ModelStore
     from synth_ai.backend.trainers.rl import run_rl
     from synth_ai.taskapp import create_task_app
     from synth_ai.taskapp.serving import running_in_background
-    from task_app import build_config
 
     steps: list[tuple[float, dict[str, Any]]] = []
 
@@ -91,12 +99,55 @@ def run_ours(job: dict[str, Any]) -> dict[str, Any]:
         run_rl(spec, workdir=Path(work), model_store=ModelStore(Path(work) / "store"), reporter=Reporter(),
                should_stop=lambda: False)
     timed = [(b[0] - a[0], b[1].get("rollout_s"), b[1].get("train_s"), b[1].get("response_tokens_mean") or 0.0)
-             for a, b in zip(steps, steps[1:])]
+             for a, b in pairwise(steps)]
     samples = [b[1].get("samples", 0) for b in steps[1:]]
     row = summary(timed, min(samples) if samples else 0, prompt_tokens(Path(job["model_path"]), range(job["batch"])))
     row["reward_mean"] = [s[1].get("reward_mean") for s in steps]
     row["groups_zero_variance"] = sum(s[1].get("groups_zero_variance", 0) for s in steps)
     return row
+
+
+def run_update(job: dict[str, Any]) -> dict[str, Any]:
+    import math
+    import random
+
+    import torch
+
+    from synth_ai.backend.store.model_store import ModelStore
+    from synth_ai.backend.trainers.rl.rl_settings import resolve_rl_settings
+    from synth_ai.backend.trainers.rl.step import GSPOTrainer
+    from synth_ai.backend.trainers.rl.types import Sample
+
+    count, seq_len = job["samples"], job["seq_len"]
+    config = rl_config({**job, "batch": 1, "group": count, "new_tokens": seq_len, "iterations": 1})
+    config["training"].update(max_accumulated_minibatch=1, gradient_accumulation_steps=count)
+    spec = {"job_id": "gpu-kit", "model": job["model_path"],
+            "data": {"endpoint_base_url": "http://127.0.0.1:9", "base_model": job["model_path"], "config": config}}
+    with tempfile.TemporaryDirectory(prefix="kit-rl-", dir=job["scratch"]) as work:
+        trainer = GSPOTrainer(resolve_rl_settings(spec), ModelStore(Path(work) / "store"), Path(work))
+        vocab = len(trainer.tokenizer)
+        rng = random.Random(0)
+        prompt = min(512, seq_len // 2)
+        flat = -math.log(vocab)  # a random policy's log-prob (recomputed on a GPU, where the ratio must be 1)
+
+        def samples() -> list[Sample]:
+            return [Sample(prompt_ids=[rng.randrange(vocab) for _ in range(prompt)],
+                           completion_ids=[rng.randrange(vocab) for _ in range(seq_len - prompt)],
+                           old_logprobs=[flat] * (seq_len - prompt), advantage=1.0 if i % 2 else -1.0)
+                    for i in range(count)]
+
+        seconds = []
+        for _ in range(job["warmup"] + job["steps"]):
+            batch = samples()
+            started = time.perf_counter()
+            trainer.train(batch)
+            if torch.cuda.is_available():  # its optimizer step is the last work queued: wait for it
+                torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - started)
+    timed = seconds[job["warmup"]:]
+    update_s = statistics.median(timed)
+    return {"step_s": update_s, "update_s": update_s, "steps_timed": len(timed), "samples": count,
+            "tokens_per_s": count * seq_len * len(timed) / sum(timed), "step_times": [round(t, 4) for t in timed]}
 
 
 def run_trl(job: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +196,7 @@ def run_trl(job: dict[str, Any]) -> dict[str, Any]:
                               processing_class=tokenizer, callbacks=[Clock()])
         _time_generation(trainer, generation, cuda)
         trainer.train()
-    gaps = [b - a for a, b in zip(ends, ends[1:])]
+    gaps = [b - a for a, b in pairwise(ends)]
     timed = [(gap, gen, gap - gen if gen is not None else None, length)
              for gap, gen, length in zip(gaps, _pad(generation[1:], len(gaps)), _pad(lengths[1:], len(gaps), 0.0))]
     return summary(timed, batch * group, prompt_tokens(Path(job["model_path"]), range(batch)))
