@@ -153,13 +153,13 @@ def run_update(job: dict[str, Any]) -> dict[str, Any]:
 def run_trl(job: dict[str, Any]) -> dict[str, Any]:
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from gpu_sft import trl_clock, trl_model
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     cuda = torch.cuda.is_available()
     tokenizer = AutoTokenizer.from_pretrained(job["model_path"], local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(job["model_path"], dtype=torch.float32, attn_implementation="sdpa",
-                                                 local_files_only=True)
+    model = trl_model(job["model_path"], torch.float32)
     batch, group = job["batch"], job["group"]
     rows = [{"prompt": [{"role": "user", "content": gspo_prompt(seed)}]} for seed in range(job["iterations"] * batch)]
 
@@ -171,12 +171,7 @@ def run_trl(job: dict[str, Any]) -> dict[str, Any]:
     generation: list[float] = []
     lengths: list[float] = []
 
-    class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if cuda:
-                torch.cuda.synchronize()
-            ends.append(time.perf_counter())
-
+    class Lengths(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "completions/mean_length" in logs:
                 lengths.append(float(logs["completions/mean_length"]))
@@ -193,7 +188,7 @@ def run_trl(job: dict[str, Any]) -> dict[str, Any]:
             seed=HYPER["seed"], shuffle_dataset=False, disable_tqdm=True, dataloader_num_workers=0,
             disable_dropout=True)
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
-                              processing_class=tokenizer, callbacks=[Clock()])
+                              processing_class=tokenizer, callbacks=[trl_clock(ends), Lengths()])
         _time_generation(trainer, generation, cuda)
         trainer.train()
     gaps = [b - a for a, b in pairwise(ends)]

@@ -54,7 +54,8 @@ class Kit:
         started = time.monotonic()
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             process = subprocess.Popen([sys.executable, str(HERE / "gpu_worker.py"), json.dumps(job)], stdout=out,
-                                       stderr=err, cwd=HERE.parents[1], env=_worker_env(), start_new_session=True)
+                                       stderr=err, cwd=HERE.parents[1], env=_worker_env(self.args.smoke),
+                                       start_new_session=True)
             try:
                 process.wait(timeout=limit)
                 timed_out = False
@@ -183,9 +184,11 @@ def _scratch_root(smoke: bool) -> str:
     return tempfile.gettempdir()
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(smoke: bool) -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "SYNTH_AI_ROLLOUT_ENGINE": "builtin"}
+    if smoke:  # the smoke is the CPU run, also on a machine with a GPU
+        env["CUDA_VISIBLE_DEVICES"] = ""
     src = str(HERE.parents[1] / "src")
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env

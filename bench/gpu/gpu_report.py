@@ -22,7 +22,8 @@ ANCHORS = [
 ]
 FLOPS_FORMULA = ("training FLOPs per token: full 6*N + 12*L*H*Q*T, LoRA 4*N + 6*N_lora + 12*L*H*Q*T (N = weights "
                  "of the decoder's matrix multiplies and the LM head, L layers, H heads, Q head dim, T sequence "
-                 "length; PaLM appendix B); MFU = FLOPs/s / the GPU's dense bf16 peak; GSPO and RL rows: the update only")
+                 "length; PaLM appendix B); MFU = FLOPs/s / the GPU's dense bf16 peak; GSPO and RL rows: the update "
+                 "only")
 
 
 def finish_row(row: dict[str, Any], result: dict[str, Any], peak: float | None, tokens_hint: float | None) -> None:

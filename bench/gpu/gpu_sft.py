@@ -36,6 +36,27 @@ def timing(ends: list[float], warmup: int, tokens_per_step: float) -> dict[str, 
             "tokens_per_s": tokens_per_step * len(gaps) / sum(gaps), "step_times": [round(g, 4) for g in gaps]}
 
 
+def trl_model(path: str, dtype: Any) -> Any:
+    """The model TRL trains (both benches): loaded as our trainers load it (SDPA attention, from the folder only)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa", local_files_only=True)
+
+
+def trl_clock(ends: list[float]) -> Any:
+    """A TRL callback that appends the time each optimizer step ends, the GPU synchronised first."""
+    import torch
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            ends.append(time.perf_counter())
+
+    return Clock()
+
+
 def run_ours(job: dict[str, Any]) -> dict[str, Any]:
     from synth_ai.backend.store.model_store import ModelStore
     from synth_ai.backend.trainers.sft.trainer import run_sft
@@ -69,24 +90,16 @@ def run_trl(job: dict[str, Any]) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     cuda = torch.cuda.is_available()
     lora = job["mode"] == "lora"
     tokenizer = AutoTokenizer.from_pretrained(job["model_path"], local_files_only=True)
     dtype = torch.bfloat16 if (lora and cuda) else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(job["model_path"], dtype=dtype, attn_implementation="sdpa",
-                                                 local_files_only=True)
+    model = trl_model(job["model_path"], dtype)
     rows = [json.loads(line) for line in Path(job["data"]).read_text().splitlines() if line.strip()]
     ends: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if cuda:
-                torch.cuda.synchronize()
-            ends.append(time.perf_counter())
-
     steps = job["warmup"] + job["steps"]
     checkpointing = job["activation_checkpointing"]
     with tempfile.TemporaryDirectory(prefix="kit-sft-trl-", dir=job["scratch"]) as out:
@@ -102,6 +115,6 @@ def run_trl(job: dict[str, Any]) -> dict[str, Any]:
         peft = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
                           target_modules="all-linear", bias="none", task_type="CAUSAL_LM") if lora else None
         trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
-                             processing_class=tokenizer, callbacks=[Clock()], peft_config=peft)
+                             processing_class=tokenizer, callbacks=[trl_clock(ends)], peft_config=peft)
         trainer.train()
     return timing(ends, job["warmup"], job["batch"] * job["data_tokens_mean"])
