@@ -78,7 +78,7 @@ QWEN3 = {
     "Qwen3-1.7B": Shape("Qwen3-1.7B", hidden=2048, intermediate=6144, layers=28, heads=16, kv_heads=8, head_dim=128),
     "Qwen3-4B": Shape("Qwen3-4B", hidden=2560, intermediate=9728, layers=36, heads=32, kv_heads=8, head_dim=128),
 }
-# --smoke: the same architecture, small enough for a CPU in seconds.
+# --smoke: the same architecture, small enough for a CPU in seconds (the real vocabulary makes a CPU step 30x slower).
 SMOKE = Shape("tiny-qwen3-arch", hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=2048)
 SHAPES = {**QWEN3, "smoke": SMOKE}
 
