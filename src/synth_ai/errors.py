@@ -35,7 +35,8 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "Success (for `train`, the job succeeded; with `--no-poll`, the job was created).",
     ExitCode.INTERNAL: "Unexpected internal error (a bug). Re-run with `SYNTH_DEBUG=1` for the traceback.",
     ExitCode.USAGE: "Wrong command-line usage: unknown flag, missing argument, bad flag value.",
-    ExitCode.INVALID_INPUT: "Invalid input: a config, dataset, model id or file that fails validation.",
+    ExitCode.INVALID_INPUT: "Invalid input: a config, dataset, model id or file that fails validation, or a "
+                            "`--port` that another program holds.",
     ExitCode.AUTH: "Authentication or permission failure (missing or wrong API key).",
     ExitCode.NETWORK: "A backend or task app could not be reached.",
     ExitCode.JOB_FAILED: "The job ended `failed` or `cancelled`.",
