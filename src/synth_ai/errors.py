@@ -38,7 +38,8 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.INVALID_INPUT: "Invalid input: a config, dataset, model id or file that fails validation, or a "
                             "`--port` that another program holds.",
     ExitCode.AUTH: "Authentication or permission failure (missing or wrong API key).",
-    ExitCode.NETWORK: "A backend or task app could not be reached.",
+    ExitCode.NETWORK: "A backend or task app could not be reached, or the backend URL answers with a program that "
+                      "is not a Synth backend (the message names its reply, e.g. `text/html 404`).",
     ExitCode.JOB_FAILED: "The job ended `failed` or `cancelled`.",
     ExitCode.TIMEOUT: "A deadline passed before the operation finished: `--poll-timeout` (for `train`, the whole "
                       "command, retries included), `--timeout` (`files`, `jobs`, `models`) or a server that never "

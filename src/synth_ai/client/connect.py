@@ -71,4 +71,4 @@ def open_api(backend: BackendTarget, *, say: Callable[[str], None], autostart: b
         raise AuthError(f"No API key for {backend.api_base}.",
                         hint="Run `synth-ai setup` (hosted) or `synth-ai setup --local` (embedded backend), "
                              "or set SYNTH_API_KEY.")
-    return SynthAPI(transport_factory(backend.api_base, key)), backend
+    return SynthAPI(transport_factory(backend.api_base, key, embedded=backend.embedded)), backend
