@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from synth_ai.client.transport import Transport, decode_json
+from synth_ai.client.transport import Transport
 from synth_ai.client.uploads import multipart_file_body
 from synth_ai.errors import NotFoundError, ServerError
 
@@ -33,7 +33,7 @@ class Files:
             return multipart_file_body(path, fields={"purpose": purpose}, filename=filename, on_progress=on_progress)
 
         response = self.t.request("POST", "/files", idempotency_key=idempotency_key, body_factory=body)
-        created = decode_json(response, self.t.url("/files"))
+        created = self.t.decode(response)
         if not (isinstance(created, dict) and created.get("id")):
             raise ServerError(f"{self.t.url('/files')} accepted the upload but answered without a file id.")
         return created
