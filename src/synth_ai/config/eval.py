@@ -13,6 +13,7 @@ from synth_ai.config.fields import (
     SECTION,
     FiniteFloat,
     NonEmptyStr,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     Seeds,
@@ -56,9 +57,11 @@ class EvalConfig(BaseModel):
     image_only_mode: bool | None = None
     judge: dict[str, Any] | None = None
     judges: list[dict[str, Any]] | None = None
-    # ours: a per-seed deadline for the whole /rollout call, and where traces go (`none` stores nothing)
+    # ours: a per-seed deadline for the whole /rollout call, where traces go (`none` stores nothing), and a seed
+    # from which each rollout's sampling seed is derived (policy config `seed`), so a re-run samples alike
     rollout_timeout_s: PositiveFloat | None = None
     trace_db: str | None = None
+    sampling_seed: NonNegativeInt | None = None
 
 
 def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
