@@ -111,6 +111,19 @@ def serve_backend(tmp_path_factory: Any, label: str, *, tiny: tuple[str, ...] = 
         process.stop()
 
 
+def job_store(backend: BackendProcess) -> Iterator[Any]:
+    """Body of a fixture: the backend's job store, opened the way a worker process opens it (a worker's writes are
+    what the API serves), closed afterwards."""
+    from synth_ai.backend.store.db import Database
+    from synth_ai.backend.store.job_records import JobStore
+
+    db = Database(backend.data_dir / "backend" / "backend.sqlite3")
+    try:
+        yield JobStore(db)
+    finally:
+        db.close()
+
+
 def link_tiny(data_dir: Path, built: list[Path]) -> None:
     """Make built tiny models visible in `data_dir`'s model store (symlinks to the shared folders)."""
     for folder in built:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import socket
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -40,6 +41,19 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(work)
     return work
+
+
+@pytest.fixture
+def ctrl_c_delivered():
+    """Ctrl-C reaches a test that sends SIGINT (to itself or to a child) even where the suite was started with SIGINT
+    ignored: a background job of a non-interactive shell, nohup, some CI runners. Python installs no
+    KeyboardInterrupt handler then, and children inherit the ignored disposition, so the test would hang until the
+    pytest timeout. For the test's duration SIGINT gets Python's handler, which children reset to the default."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def free_port() -> int:

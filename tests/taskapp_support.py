@@ -161,6 +161,40 @@ def served_app(app_id: str, key: str, *, cwd: Path, isolated: bool = False, **en
         stop(process)
 
 
+class RestartableApp:
+    """`synth-ai serve <app_id>` in its own process on one free port, which it keeps across stops and starts (a
+    task app that restarts)."""
+
+    def __init__(self, app_id: str, key: str, *, cwd: Path) -> None:
+        from conftest import free_port
+
+        self.app_id, self.key, self.cwd = app_id, key, cwd
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, *, wait: bool = True) -> None:
+        self.process = subprocess.Popen([*synth_ai_command(), "serve", self.app_id, "--port", str(self.port)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=self.cwd,
+                                        stdin=subprocess.DEVNULL, env=subprocess_env(ENVIRONMENT_API_KEY=self.key))
+        self.starts += 1
+        if wait:
+            wait_for_health(self.url, self.key, process=self.process)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop(self.process)
+            self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: requests in flight lose their connection."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
 def subprocess_env(*, isolated: bool = False, **extra: str) -> dict[str, str]:
     """This process's environment for a child. `isolated` drops the settings tests isolate: a module-scoped
     fixture starts its servers before the per-test isolation applies, so a key or backend URL an earlier

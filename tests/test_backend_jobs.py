@@ -139,8 +139,11 @@ def test_cancel_stops_a_running_worker(backend, tmp_path):
         response = api.post(f"/learning/jobs/{job['id']}/cancel")
         assert response.status_code == 200
         assert response.json()["status"] == "cancelled", events(api, job["id"])[-4:]
-        types = [e["type"] for e in events(api, job["id"])]
+        log = events(api, job["id"])
+        types = [e["type"] for e in log]
         assert "sft.job.cancel_requested" in types and types[-1] == "sft.job.cancelled"
+        stopped = next(e for e in log if e["type"] == "sft.training.stopped")  # why, not "as asked"
+        assert stopped["message"].endswith(" because the job was cancelled."), stopped
         assert "sft.job.completed" not in types
         row = api.get(f"/learning/jobs/{job['id']}").json()
         assert row["fine_tuned_model"] is None and row["finished_at"]
@@ -184,7 +187,11 @@ def test_backend_killed_mid_job_resumes_after_restart(tmp_path, tiny_models, how
             assert final["status"] == "succeeded", (final, log[-5:], second.log())
             assert final["attempts"] == 2
             interrupted = next(e for e in log if e["type"] == "sft.worker.interrupted")
-            assert ("went away" if how == signal.SIGKILL else "shutting down") in interrupted["message"]
+            why = ("the backend process went away (it was killed or crashed)" if how == signal.SIGKILL
+                   else "the backend is shutting down (stopped or restarting)")
+            assert f"because {why};" in interrupted["message"]
+            stopped = next(e for e in log if e["type"] == "sft.training.stopped")  # nobody asked: it says why
+            assert stopped["message"].endswith(f" because {why}.") and stopped["data"]["reason"] == why, stopped
             assert "sft.job.requeued" in types and "sft.training.resumed" in types
             resumed = next(e for e in log if e["type"] == "sft.training.resumed")
             assert resumed["data"]["step"] >= 50

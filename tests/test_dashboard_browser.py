@@ -1,22 +1,21 @@
 """The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a real backend training the
 tiny Qwen3: the page loads after a one-time login, the job's charts fill in while it trains without a reload,
 the event log and the result appear, the "try it" chat answers, files/models/eval runs list, and a transcript
-shows its picture and shows hostile markup as text. No console errors (a CSP violation is one). Screenshots go
-to test-artifacts/dashboard/ (or $SYNTH_TEST_ARTIFACTS/dashboard/)."""
+shows its picture and shows hostile markup as text. A long finished RL job shows its newest events first and pages
+back to its first, its checkpoints' iterations with the pruned ones in one line, and only the charts an RL job has.
+No console errors (a CSP violation is one). Screenshots go to test-artifacts/dashboard/ (or
+$SYNTH_TEST_ARTIFACTS/dashboard/)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
-
-from synth_ai.backend.store.db import Database
-from synth_ai.backend.store.job_records import JobStore
-
-from backend_support import (BackendProcess, chat_jsonl, job_status, link_tiny, sft_body, upload,
-                             wait_for)
-from dashboard_support import HOSTILE, artifacts_dir, chromium_path, write_eval_traces
+from backend_support import BackendProcess, chat_jsonl, job_status, link_tiny, sft_body, upload, wait_for
+from dashboard_support import HOSTILE, artifacts_dir, chromium_path, store_of, write_eval_traces, write_long_rl_job
 
 pytestmark = pytest.mark.slow
 WAIT_S = 120
@@ -24,41 +23,50 @@ WAIT_MS = WAIT_S * 1000
 # (page.wait_for_function would evaluate a string in the page, which the dashboard's CSP refuses: polled here)
 
 
-@contextmanager
-def store_of(backend: BackendProcess):
-    """The backend's job store, opened from the test as a worker process opens it."""
-    store = JobStore(Database(backend.data_dir / "backend" / "backend.sqlite3"))
-    try:
-        yield store
-    finally:
-        store.db.close()
-
-
 def _points(page, title: str) -> int:
     return int(page.get_attribute(f'[data-chart="{title}"]', "data-points") or 0)
 
 
-def test_dashboard_in_chromium(tmp_path, tiny_models):
-    browser_path = chromium_path()
+def _charts(page) -> list[str]:
+    return [c.get_attribute("data-chart") for c in page.locator("[data-chart]").all()]
+
+
+def _seqs(page) -> list[int]:
+    return [int(t) for t in page.locator("#events tbody tr td:first-child").all_inner_texts()]
+
+
+@contextmanager
+def logged_in_page(backend: BackendProcess, browser_path: str) -> Iterator[Any]:
+    """A Chromium page logged in with a one-time link; any console error (a CSP violation is one) fails the test."""
     from playwright.sync_api import sync_playwright
 
+    problems: list[str] = []
+    with backend.client() as api:
+        login = api.post("/dashboard/login-token", json={}).json()["url"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.goto(login)
+        page.wait_for_selector('[data-nav="jobs"].active', timeout=WAIT_MS)
+        yield page
+        browser.close()
+    assert not problems, problems
+
+
+def test_dashboard_in_chromium(tmp_path, tiny_models):
+    browser_path = chromium_path()
     shots = artifacts_dir()
     traces = write_eval_traces(tmp_path / "evals.db")
     data = tmp_path / "data"
     link_tiny(data, tiny_models)
     backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_TRACES": str(traces)}).start()
-    problems: list[str] = []
     try:
-        with backend.client() as api, sync_playwright() as pw:
+        with backend.client() as api, logged_in_page(backend, browser_path) as page:
             train = upload(api, chat_jsonl(tmp_path / "train.jsonl", n=16)).json()
             job = api.post("/learning/jobs", json=sft_body(train["id"], steps=20, logging_steps=1)).json()
-            login = api.post("/dashboard/login-token", json={}).json()["url"]
-
-            browser = pw.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            page.goto(login)
+            page.goto(f"{backend.url}/#/jobs")
             page.wait_for_selector("#jobs", timeout=WAIT_MS)
             assert job["id"] in page.inner_text("#jobs")
 
@@ -78,10 +86,10 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             page.wait_for_selector('#job-facts[data-status="succeeded"]', timeout=WAIT_MS)
             wait_for(lambda: _points(page, "Loss") >= 20, timeout=WAIT_S, interval=0.2, what="all loss points")
             assert _points(page, "Learning rate") >= 20
-            assert _points(page, "RL reward") == 0  # an SFT job has no reward
+            assert _charts(page) == ["Loss", "Learning rate"]  # an SFT job has no reward: no empty RL charts
             assert "sft.job.completed" in page.inner_text("#events")
             # event messages are user-influenced: one with markup, written as a worker writes events
-            with store_of(backend) as store:
+            with store_of(backend.data_dir) as store:
                 store.add_event(job["id"], "sft.note", HOSTILE, {}, "warning")
 
             assert base_answer.result(timeout=WAIT_S).status_code == 200
@@ -98,17 +106,6 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             page.wait_for_selector("#events tr.level-warning", timeout=WAIT_MS)
             assert HOSTILE in page.inner_text("#events tr.level-warning")
             assert page.locator("#pwned").count() == 0 and page.title() != "pwned"
-
-            # an RL job's page (under /api/rl/jobs) charts reward and eval return; its rows written as its worker would
-            with store_of(backend) as store:
-                with store.db.tx() as conn:
-                    rl_id = store.insert(conn, kind="rl", training_type="rl_online", model=job["model"], payload={},
-                                         files=[])
-                store.add_metrics(rl_id, [("reward.mean", 0, 0.2, "train"), ("reward.mean", 1, 0.5, "train"),
-                                          ("loss", 0, 0.1, "train"), ("eval.mean_return", 1, 0.4, "eval")])
-            page.goto(f"{backend.url}/#/jobs/{rl_id}")
-            wait_for(lambda: _points(page, "RL reward") == 2, timeout=WAIT_S, interval=0.2, what="RL reward points")
-            assert _points(page, "Eval return") == 1 and _points(page, "Learning rate") == 0
 
             page.goto(f"{backend.url}/#/files")
             page.wait_for_selector("#files", timeout=WAIT_MS)
@@ -132,7 +129,45 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             assert HOSTILE in page.inner_text("#transcript .msg.assistant")  # shown as text, not run
             assert page.locator("#pwned").count() == 0 and page.title() != "pwned"
             page.screenshot(path=str(shots / "eval-transcript.png"), full_page=True)
-            browser.close()
     finally:
         backend.stop()
-    assert not problems, problems
+
+
+def test_long_rl_job_in_chromium(tmp_path):
+    """A finished RL job of 300 iterations (under /api/rl/jobs), its rows written as its worker would: only the
+    charts an RL job has; the log opens on its newest events (the completion on top) and pages back to the first;
+    checkpoints show their iteration, the pruned ones in one line."""
+    browser_path = chromium_path()
+    backend = BackendProcess(tmp_path / "data", env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
+    try:
+        with store_of(backend.data_dir) as store:
+            rl = write_long_rl_job(store, "synth-ai/tiny-qwen3", tmp_path / "rl-work")
+        with logged_in_page(backend, browser_path) as page:
+            page.goto(f"{backend.url}/#/jobs/{rl.job_id}")
+            page.wait_for_selector('#job-facts[data-status="succeeded"]', timeout=WAIT_MS)
+            wait_for(lambda: _points(page, "RL reward") == 300, timeout=WAIT_S, interval=0.2, what="reward points")
+            assert _charts(page) == ["Loss", "RL reward", "Eval return"]
+            assert _points(page, "Loss") == 300 and _points(page, "Eval return") == 30
+            assert "iteration 299" in page.text_content('[data-chart="RL reward"]')
+
+            wait_for(lambda: _seqs(page), timeout=WAIT_S, interval=0.2, what="events")
+            assert _seqs(page) == list(range(rl.events, rl.events - 100, -1))
+            assert "Job completed" in page.inner_text("#events tbody tr:first-child")
+            page.screenshot(path=str(artifacts_dir() / "rl-job.png"), full_page=True)
+            while page.is_visible("#events-earlier"):
+                shown = len(_seqs(page))
+                page.click("#events-earlier")
+                wait_for(lambda shown=shown: len(_seqs(page)) > shown, timeout=WAIT_S, interval=0.2,
+                         what="earlier events")
+            assert _seqs(page) == list(range(rl.events, 0, -1))
+            assert "RL job created" in page.inner_text("#events tbody tr:last-child")
+
+            page.wait_for_selector("#checkpoints-kept", timeout=WAIT_MS)
+            assert page.inner_text("#checkpoints-kept thead th:first-child").lower() == "iteration"
+            kept = page.locator("#checkpoints-kept tbody tr td:first-child").all_inner_texts()
+            assert kept == [str(i) for i in rl.kept]
+            assert page.inner_text("#checkpoints-pruned") == \
+                f"{len(rl.pruned)} checkpoints pruned from disk (iterations {rl.pruned[0]}–{rl.pruned[-1]})"
+            assert "null" not in page.inner_text("#checkpoints")
+    finally:
+        backend.stop()

@@ -27,17 +27,27 @@ def _backend_status(env: dict[str, str]) -> int:
                           capture_output=True, text=True).returncode
 
 
-def test_fast_demo_runs_the_loop_and_cleans_up(tiny_text_models, tmp_path, isolated_home):
+def _fresh_demo(root: Path, tiny_models: list[Path], cwd: Path) -> tuple[dict, Path, dict[str, str]]:
+    """`demo --fast --json` from an empty data dir of its own (the built tiny model linked in) into `root/run`."""
     from conftest import free_port
 
-    data = Path(os.environ["SYNTH_AI_HOME"])
-    link_tiny(data, tiny_text_models)
-    env = {**os.environ, "SYNTH_AI_BACKEND_PORT": str(free_port())}
-    run_dir = tmp_path / "run"
-    proc = _demo("--fast", "--json", "--run-dir", str(run_dir), env=env, cwd=isolated_home)
+    data = root / "data"
+    link_tiny(data, tiny_models)
+    env = {**os.environ, "SYNTH_AI_HOME": str(data), "SYNTH_AI_BACKEND_PORT": str(free_port())}
+    run_dir = root / "run"
+    proc = _demo("--fast", "--json", "--run-dir", str(run_dir), env=env, cwd=cwd)
     stdout, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 0, stderr[-4000:]
-    doc = json.loads(stdout)
+    return json.loads(stdout), run_dir, env
+
+
+def _messages(sft_data: Path) -> list[list[dict]]:
+    return [json.loads(line)["messages"] for line in sft_data.read_text().splitlines()]
+
+
+def test_fast_demo_runs_the_loop_cleans_up_and_a_second_fresh_run_prints_the_same_scores(tiny_text_models, tmp_path,
+                                                                                          isolated_home):
+    doc, run_dir, env = _fresh_demo(tmp_path / "first", tiny_text_models, isolated_home)
 
     labels = [m["label"] for m in doc["models"]]
     assert labels == ["base", "SFT", "SFT + RL"]
@@ -65,7 +75,14 @@ def test_fast_demo_runs_the_loop_and_cleans_up(tiny_text_models, tmp_path, isola
     assert set(doc["stopped"]) == {"task app", "backend"}
     assert _backend_status(env) == 10
 
+    # A second run from a clean data dir samples the same episodes, keeps the same SFT data in the same order, and
+    # prints the same scores: what the README's table shows is what a fresh run prints.
+    again, again_dir, _ = _fresh_demo(tmp_path / "second", tiny_text_models, isolated_home)
+    assert [(m["label"], m["score"]) for m in again["models"]] == [(m["label"], m["score"]) for m in doc["models"]]
+    assert _messages(again_dir / "sft_data.jsonl") == _messages(run_dir / "sft_data.jsonl")
 
+
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_interrupted_demo_stops_what_it_started_and_a_rerun_starts_cleanly(tiny_text_models, tmp_path, isolated_home):
     from conftest import free_port
 

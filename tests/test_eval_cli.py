@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +65,33 @@ def test_flags_override_the_toml_and_human_output_has_the_summary(cli, isolated_
     assert sorted(by_seed(db)) == [7, 8]
     assert "seed=7 status=ok" in result.stderr  # per-seed lines go to stderr with the progress bar
     assert nothing.exit_code == 0 and nothing.json()["trace_db"] is None
+
+
+def test_sampling_seed_gives_each_seed_its_own_model_seed_the_same_on_every_run(cli, isolated_home: Path) -> None:
+    """`[eval].sampling_seed`: every rollout's model call carries a seed derived from it and the task seed, so a
+    re-run samples the same tokens and no two task seeds share a random stream; an explicit policy `seed` wins."""
+    policy = {"temperature": 1.0}
+
+    def model_seeds(model: Any, config: Path) -> list[Any]:
+        start = len(model.requests)
+        result = cli("--json", "eval", "--config", str(config), "--trace-db", "none", "--concurrency", "1")
+        assert result.exit_code == 0, result.stdout + result.stderr
+        return [r["body"].get("seed") for r in model.requests[start:]]  # one call per seed, in seed order
+
+    with scripted_model(answering_policy()) as (model_url, model):
+        policy["inference_url"] = model_url
+        seeded = write_config(isolated_home / "seeded.toml", model_url, sampling_seed=7, policy_config=policy)
+        other = write_config(isolated_home / "other.toml", model_url, sampling_seed=8, policy_config=policy)
+        plain = write_config(isolated_home / "plain.toml", model_url, policy_config=policy)
+        pinned = write_config(isolated_home / "pinned.toml", model_url, sampling_seed=7,
+                              policy_config={**policy, "seed": 5})
+        first, again = model_seeds(model, seeded), model_seeds(model, seeded)
+        shifted, unseeded, explicit = model_seeds(model, other), model_seeds(model, plain), model_seeds(model, pinned)
+    assert len(first) == 4 and all(isinstance(s, int) for s in first) and len(set(first)) == 4
+    assert again == first
+    assert len(shifted) == 4 and not set(shifted) & set(first)
+    assert unseeded == [None] * 4  # without the key the body is the reference's: no seed is sent
+    assert explicit == [5] * 4
 
 
 def test_judges_from_a_path_and_a_module_with_pearson_r(cli, isolated_home: Path,

@@ -1,5 +1,6 @@
 """Seeds that fail are failures: a task app that errors or hangs on some seeds (errors and timeouts, never zeros,
-exit 11, only finished seeds stored), and Ctrl-C in the middle of a run (finished seeds kept, nothing half-written)."""
+exit 11, only finished seeds stored; answers are never waited for as if the app were away), and Ctrl-C in the
+middle of a run (finished seeds kept, nothing half-written)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,21 @@ FLAKY_APP = textwrap.dedent('''
     import asyncio
 
     from synth_ai.taskapp import (RolloutError, RolloutMetrics, RolloutResponse, RolloutStep, RolloutTrajectory,
-                                  TaskAppConfig, TaskAppEntry, TaskInfo, register_task_app)
+                                  TaskAppConfig, TaskAppEntry, TaskAppError, TaskInfo, register_task_app)
+
+    ANSWERS = {  # seeds 10-12: errors the app answers itself, with statuses a gateway might send too
+        10: (503, "missing_openai_api_key", "OPENAI_API_KEY is not configured"),
+        11: (401, "unauthorised", "that key is not allowed here"),
+        12: (502, "inference_failed", "the model endpoint failed"),
+    }
 
     async def rollout(request, fastapi_request=None):
         seed = int(request.env.seed)
+        if seed in ANSWERS:
+            status, code, message = ANSWERS[seed]
+            raise TaskAppError(message, status_code=status, code=code)
+        if seed == 13:
+            return {"hello": "world", "seed": seed}
         if seed % 3 == 1:
             raise RolloutError(f"seed {seed} broke", status_code=500, code="boom")
         if seed % 3 == 2:
@@ -80,6 +92,28 @@ def test_errors_and_timeouts_are_reported_not_scored(cli, isolated_home: Path, m
     assert "Eval complete: 1 ok, 1 failed" in human.stdout and "error: HTTP 500" in human.stdout
 
 
+def test_answers_are_errors_at_once_never_waited_for(cli, isolated_home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    """The app's own coded 503 and 502, an auth refusal and a wrong body are answers: no wait for the app
+    (tests/test_eval_taskapp_outage.py waits for one that is away), each seed an error at once."""
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "flaky_task_app.py").write_text(FLAKY_APP)
+    monkeypatch.setenv("SYNTH_TASK_APP_SEARCH_PATH", str(apps))
+    config = isolated_home / "eval.toml"
+    config.write_text('[eval]\napp_id = "flaky-app"\nmodel = "m"\nseeds = "10-13"\nconcurrency = 4\n'
+                      'task_app_wait_s = 120\n')
+    result = cli("--json", "eval", "--config", str(config), "--trace-db", "none", "--backend", "http://127.0.0.1:9")
+    assert result.exit_code == 11, result.stdout + result.stderr
+    errors = {r["seed"]: (r["status"], r.get("http_status"), r["error"]) for r in result.json()["results"]}
+    assert errors[10][:2] == ("error", 503) and "missing_openai_api_key" in errors[10][2]
+    assert errors[11][:2] == ("error", 401) and "unauthorised" in errors[11][2]
+    assert errors[12][:2] == ("error", 502) and "inference_failed" in errors[12][2]
+    assert errors[13][:2] == ("error", 200) and "not a rollout response" in errors[13][2]
+    assert "cannot be reached" not in result.stdout + result.stderr
+
+
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_keeps_every_finished_seed(isolated_home: Path) -> None:
     slow_from = 3
 
@@ -144,6 +178,7 @@ def _count(db: Path) -> int:
         return 0
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_a_seed_interrupted_while_its_session_is_written_counts_as_stored(isolated_home: Path, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Ctrl-C while a session is being written: the write completes (one transaction), so the seed finished and

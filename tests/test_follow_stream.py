@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, serve_backend, wait_for
+from backend_support import TINY_TEXT, BackendProcess, job_store, serve_backend, wait_for
 from conftest import REPO_ROOT, run_cli
 from synth_ai.client.follow_stream import parse_frames
 
@@ -40,13 +40,7 @@ def key_env(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture(scope="module")
 def store(backend: BackendProcess):
-    """The backend's job store, opened the way a worker process opens it."""
-    from synth_ai.backend.store.db import Database
-    from synth_ai.backend.store.job_records import JobStore
-
-    db = Database(backend.data_dir / "backend" / "backend.sqlite3")
-    yield JobStore(db)
-    db.close()
+    yield from job_store(backend)
 
 
 def _running_job(store, kind: str = "sft") -> str:
@@ -141,8 +135,8 @@ def test_stream_sends_news_as_written_and_heartbeats_between(backend: BackendPro
     assert kinds.count("keep-alive") >= 2
     assert kinds.index("keep-alive") < kinds.index("metric") < kinds.index("end")
     assert seen[-1].data["status"] == "failed"
-    with backend.client() as client:  # the RL route serves RL jobs only, under the same auth
-        assert client.get(f"/learning/jobs/{job_id}/events/stream").status_code == 404
+    with backend.client() as client:  # the learning route serves RL jobs too (test_jobs_any_kind.py), same auth
+        assert _frames(client.get(f"/learning/jobs/{job_id}/events/stream").text.splitlines())[-1].kind == "end"
     assert httpx.get(f"{backend.url}/api/rl/jobs/{job_id}/events/stream").status_code == 401
 
 

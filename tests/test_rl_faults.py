@@ -1,6 +1,6 @@
 """RL under faults, with real servers: cancel while rollouts are in flight, the backend killed mid-job (resumes
-from its checkpoint), a task app that dies mid-job (the job fails with the reason after retries), and a task app
-that answers garbage (a clear event, counted errors, no crash), and one that refuses the backend's key."""
+from its checkpoint), a task app that dies mid-job (the job fails with the reason once the wait for it is over), a
+task app that answers garbage (a clear event, counted errors, no crash), and one that refuses the backend's key."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_cancel_while_rollouts_are_in_flight(tmp_path: Path, tiny_text_models: l
             log = events(api, job_id)
             assert status(api, job_id) == "cancelled"
             stopped = next(e for e in log if e["type"] == "rl.train.stopped")
-            assert "rollouts in flight were cancelled" in stopped["message"]
+            assert "because the job was cancelled; rollouts in flight were cancelled" in stopped["message"]
             assert stopped["data"]["iteration"] >= 1
             assert log[-1]["type"] == "rl.job.cancelled"
             assert not any(e["type"] in ("rl.train.completed", "rl.job.completed") for e in log)
@@ -86,6 +86,8 @@ def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny
                 assert job["attempts"] == 2
                 types = [e["type"] for e in log]
                 assert "rl.job.requeued" in types
+                stopped = next(e for e in log if e["type"] == "rl.train.stopped")  # nobody asked: it says why
+                assert "because the backend process went away (it was killed or crashed)" in stopped["message"]
                 resumed = next(e for e in log if e["type"] == "rl.train.resumed")
                 assert resumed["data"]["iteration"] >= 2
                 points = api.get(f"/rl/jobs/{job_id}/metrics", params={"name": "reward.mean", "limit": 100}
@@ -96,8 +98,10 @@ def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny
             second.stop()
 
 
-def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_after_retries(
+def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_past_the_wait(
         tmp_path: Path, tiny_text_models: list[Path], monkeypatch: pytest.MonkeyPatch):
+    """The job waits `[training].task_app_wait_s` for the app to come back (it does not here), then fails with
+    the reason. (An app that does come back: tests/test_rl_taskapp_outage.py.)"""
     from synth_ai.backend.trainers.rl.rollouts import TaskAppUnavailable
 
     # the app dies after iteration 0's step; with the overlap, iteration 1's rollouts would already be in it
@@ -112,13 +116,17 @@ def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_after_retries(
         wait_for_health(url, ENV_KEY, process=app)
         recorder = Recorder(on_event=lambda kind: stop(app) if kind == "rl.train.step" else None)
         with pytest.raises(TaskAppUnavailable) as info:
-            run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=4)
+            run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=4, task_app_wait_s=1.5)
     finally:
         stop(app)
-    assert "every rollout of iteration 1 failed" in str(info.value)
-    assert "could not reach the task app" in str(info.value)
-    failed = recorder.of("rl.rollouts.failed")[0]
-    assert failed["data"]["by_kind"] == {"unreachable": 8} and failed["data"]["attempts"] == 2  # retried once
+    reason = str(info.value)
+    assert reason.startswith(f"the task app at {url} could not be reached for ")
+    assert "(the wait is [training].task_app_wait_s = 1.5)" in reason
+    assert "Connect" in reason or "refused" in reason.lower()  # what the last probe met
+    waiting = recorder.of("rl.taskapp.waiting")
+    assert len(waiting) == 1 and waiting[0]["data"]["iteration"] == 1 and waiting[0]["data"]["rollouts"] == 8
+    assert "could not reach the task app" in waiting[0]["data"]["reason"]
+    assert not recorder.of("rl.taskapp.back")
     assert len(recorder.of("rl.train.step")) == 1 and not recorder.of("rl.train.completed")
 
 

@@ -321,6 +321,10 @@ def test_chart_stops_when_following_ends_in_an_error(backend: BackendProcess, ke
                      "--backend", backend.url)
     assert result.exit_code == 8, result.stdout + result.stderr
     assert "Using live loss chart" in result.stdout
+    # rich's Live.stop() tells its refresh thread to end without joining it: a stopped one ends at once, a running
+    # one (the bug) redraws until the process exits.
+    for thread in [t for t in threading.enumerate() if isinstance(t, _RefreshThread)]:
+        thread.join(timeout=10)
     assert not [t for t in threading.enumerate() if isinstance(t, _RefreshThread) and t.is_alive()]
 
 

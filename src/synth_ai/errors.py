@@ -35,9 +35,11 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "Success (for `train`, the job succeeded; with `--no-poll`, the job was created).",
     ExitCode.INTERNAL: "Unexpected internal error (a bug). Re-run with `SYNTH_DEBUG=1` for the traceback.",
     ExitCode.USAGE: "Wrong command-line usage: unknown flag, missing argument, bad flag value.",
-    ExitCode.INVALID_INPUT: "Invalid input: a config, dataset, model id or file that fails validation.",
+    ExitCode.INVALID_INPUT: "Invalid input: a config, dataset, model id or file that fails validation, or a "
+                            "`--port` that another program holds.",
     ExitCode.AUTH: "Authentication or permission failure (missing or wrong API key).",
-    ExitCode.NETWORK: "A backend or task app could not be reached.",
+    ExitCode.NETWORK: "A backend or task app could not be reached, or the backend URL answers with a program that "
+                      "is not a Synth backend (the message names its reply, e.g. `text/html 404`).",
     ExitCode.JOB_FAILED: "The job ended `failed` or `cancelled`.",
     ExitCode.TIMEOUT: "A deadline passed before the operation finished: `--poll-timeout` (for `train`, the whole "
                       "command, retries included), `--timeout` (`files`, `jobs`, `models`) or a server that never "

@@ -10,7 +10,8 @@ loopback host use this (`is_loopback_http`); anything else (https, remote hosts,
 matter) stays on httpx.
 
 `await post_json(url, data, headers, timeout_s)` returns an `Answer` (status code, headers, text, `json()`) or raises
-`LoopbackTimeout` / `LoopbackUnreachable` (message: the exception type and text). Each pool thread keeps one
+`LoopbackTimeout` (no answer in time) / `LoopbackUnreachable` (no connection, a connect timeout included, or
+one closed before the answer; message: the exception type and text). Each pool thread keeps one
 connection per (host, port); a keep-alive connection the server closed while idle is retried once on a fresh one.
 The pool's threads are daemons (`DaemonPool`): a request blocked in a socket read must not hold a command that was
 interrupted (Ctrl-C) or a worker that was cancelled until the read times out, as `ThreadPoolExecutor`'s threads,
@@ -162,6 +163,8 @@ def _post(url: str, data: bytes, headers: dict[str, str], timeout_s: float, conn
             return answer
         except (socket.timeout, TimeoutError) as exc:
             _drop(key, conn)
+            if conn is None:  # no connection within connect_timeout_s: nothing took the request
+                raise LoopbackUnreachable(f"connect timeout after {connect_timeout_s:g}s") from exc
             raise LoopbackTimeout(f"{type(exc).__name__}: {exc}") from exc
         except (_Closed, BrokenPipeError, ConnectionResetError) as exc:
             _drop(key, conn)

@@ -122,6 +122,7 @@ def _interrupt_soon(delay: float = 1.0) -> threading.Timer:
     return timer
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_while_following_says_how_to_resume(tmp_path, monkeypatch: pytest.MonkeyPatch):
     backend = BackendProcess(tmp_path / "data").start()
     try:
@@ -139,6 +140,7 @@ def test_ctrl_c_while_following_says_how_to_resume(tmp_path, monkeypatch: pytest
     assert f"Resume with: synth-ai jobs follow {job_id} --backend {backend.url}/api" in result.stderr
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_before_the_job_exists_says_to_run_the_same_command(repo_cwd):
     with SilentServer() as server:
         timer = _interrupt_soon()

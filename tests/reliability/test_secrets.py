@@ -122,14 +122,18 @@ def test_canaries_never_leak(isolated_home: Path, captured_logs: Capture, monkey
             outputs["job config"] = client.get(f"/learning/jobs/{job_id}/config").text
             client.post(f"/learning/jobs/{job_id}/cancel")
 
-        # A wrong key through the environment, and a backend that is not there: the errors must not echo them.
+        # A wrong key through the environment, and a backend that is not there: the errors must not echo them. The
+        # CLI looks from another data dir: in this one the backend's record makes its URL the embedded backend,
+        # whose own key file would be used instead of SYNTH_API_KEY.
         monkeypatch.setenv("SYNTH_API_KEY", WRONG_CANARY)
+        monkeypatch.setenv("SYNTH_AI_HOME", str(isolated_home / "other-data-dir"))
         wrong = cli("wrong key", "--json", "jobs", "list", "--backend", backend.url)
         assert wrong.exit_code == 4, wrong.stdout + wrong.stderr
         cli("wrong key human", "jobs", "list", "--backend", backend.url)
         monkeypatch.setenv("SYNTH_DEBUG", "1")  # tracebacks shown: they must not carry the key either
         cli("unreachable", "jobs", "list", "--backend", "http://127.0.0.1:9")
         monkeypatch.delenv("SYNTH_DEBUG")
+        monkeypatch.setenv("SYNTH_AI_HOME", str(data_dir))
 
         from synth_ai.client.transport import RetryPolicy, Transport
         from synth_ai.errors import SynthError

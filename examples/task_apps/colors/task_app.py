@@ -11,7 +11,7 @@ Env config: `things` (how many of the quiz's things the seeds cycle through, 1-1
 about the sky); the seed picks the thing (`seed % things`). The tiny model barely conditions on the question, so
 more things make a much harder task for it.
 Policy config: `model`, `inference_url` (required), `temperature` (1.0), `max_tokens` (12), `top_p`, `timeout_s`
-(60), `thinking_mode`, `thinking_budget`.
+(60), `thinking_mode`, `thinking_budget`, `seed` (the model call's sampling seed).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ overrides the boxed one); `MATH_DATASET_LOCAL_<SPLIT>_FILE` points at one split'
 
 Env config: `split` ("train" | "test", default "train"); the seed picks the problem (`seed % split size`).
 Policy config: `model`, `inference_url`, `temperature` (0.0), `max_tokens` (512), `top_p`, `tool_choice`
-("required"), `timeout_s` (120), `thinking_mode`, `thinking_budget`.
+("required"), `timeout_s` (120), `thinking_mode`, `thinking_budget`, `seed` (the model call's sampling seed).
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ async def rollout(request: RolloutRequest, fastapi_request: Any = None) -> Rollo
     tool_choice = config.get("tool_choice", "required")
     if tool_choice is not None:
         payload["tool_choice"] = tool_choice
-    for key in ("top_p", "thinking_mode", "thinking_budget", "stop"):
+    for key in ("top_p", "thinking_mode", "thinking_budget", "stop", "seed"):
         if config.get(key) is not None:
             payload[key] = config[key]
 

@@ -4,6 +4,10 @@
 One backend per data dir: `serve` holds an exclusive lock on `backend/backend.lock` for its lifetime (released by
 the kernel even on SIGKILL), and while it runs `backend/backend.json` says where it listens:
 `{"pid", "host", "port", "url", "api_base", "started_at", "data_dir", "key_file"}`.
+
+Ports: a port given as `--port` or `SYNTH_AI_BACKEND_PORT` is taken as given, and a busy one is an error. Without
+one the backend takes 8000 (`SYNTH_AI_BACKEND_DEFAULT_PORT`) when it is free and a free port otherwise; the record
+above is how every later command finds it. Another program's port is never touched.
 """
 
 from __future__ import annotations
@@ -34,6 +38,23 @@ class BackendRunningError(SynthError):
     code = "backend_running"
 
 
+class PortTakenError(SynthError):
+    """The port the user asked for (`--port`, `SYNTH_AI_BACKEND_PORT`) is held by another program."""
+
+    exit_code = ExitCode.INVALID_INPUT
+    code = "port_taken"
+
+    def __init__(self, settings: BackendSettings) -> None:
+        from synth_ai.env.backend_url import PORT_ENV, default_port, requested_port
+
+        asked = f"{PORT_ENV}={settings.port}" if requested_port() == settings.port else f"--port {settings.port}"
+        super().__init__(
+            f"Port {settings.port} on {settings.host} is taken by another program; the backend was not started.",
+            hint=f"It was asked for by {asked}. Choose a free port, or give none: the backend then takes "
+                 f"{default_port()} when it is free and a free port otherwise.",
+            details={"host": settings.host, "port": settings.port})
+
+
 # Foreground ---------------------------------------------------------------------------------------------------
 def _acquire_lock(settings: BackendSettings) -> Any:
     settings.ensure_dirs()
@@ -56,15 +77,16 @@ def serve(settings: BackendSettings, *, log_level: str = "info",
     import uvicorn
 
     from synth_ai.backend.api.app import create_app
-    from synth_ai.ports import port_in_use
+    from synth_ai.ports import listening_socket
 
     refuse_unguarded_backend(settings)
     lock = _acquire_lock(settings)
     try:
-        if port_in_use(settings.host, settings.port):
-            raise BackendRunningError(
-                f"Port {settings.port} on {settings.host} is already in use.",
-                hint="Choose another port with --port, or stop what listens there.")
+        # The socket is bound here and handed to uvicorn, so no other program can take the port in between.
+        sock = listening_socket(settings.host, settings.port, or_free=not settings.port_fixed)
+        if sock is None:
+            raise PortTakenError(settings)
+        settings.port = sock.getsockname()[1]
         state_file, pid_file, _ = state_paths(settings.data_dir)
         app = create_app(settings)
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level, lifespan="on",
@@ -83,8 +105,9 @@ def serve(settings: BackendSettings, *, log_level: str = "info",
 
         server.startup = startup  # type: ignore[method-assign]
         try:
-            server.run()
+            server.run(sockets=[sock])
         finally:
+            sock.close()
             for path in (state_file, pid_file):
                 _remove_if_ours(path)
         if not server.started:
@@ -117,12 +140,9 @@ def _remove_if_ours(path: Path) -> None:
 
 # State and status ---------------------------------------------------------------------------------------------
 def read_state(data_dir: Path) -> dict[str, Any] | None:
-    state_file, _, _ = state_paths(data_dir)
-    try:
-        doc = json.loads(state_file.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("pid"), int) else None
+    from synth_ai.env.backend_record import read_record
+
+    return read_record(data_dir)
 
 
 def _healthy(url: str, timeout: float = 2.0) -> bool:
@@ -181,16 +201,22 @@ def refuse_unguarded_backend(settings: BackendSettings) -> None:
 # Daemon -------------------------------------------------------------------------------------------------------
 def start(settings: BackendSettings, *, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
     """Start `synth-ai backend serve` in the background; returns its status once it answers /health."""
+    from synth_ai.ports import port_in_use
+
     current = status(settings.data_dir)
     if current["running"]:
         return {**current, "already_running": True}
     refuse_unguarded_backend(settings)
+    if settings.port_fixed and port_in_use(settings.host, settings.port):
+        raise PortTakenError(settings)
     settings.ensure_dirs()
     _, _, log_file = state_paths(settings.data_dir)
     env = dict(os.environ)
     env["SYNTH_AI_HOME"] = str(settings.data_dir)
-    cmd = [sys.executable, "-m", "synth_ai", "backend", "serve", "--host", settings.host, "--port", str(settings.port),
-           "--executor", settings.executor]
+    cmd = [sys.executable, "-m", "synth_ai", "backend", "serve", "--host", settings.host, "--executor",
+           settings.executor]
+    if settings.port_fixed:  # otherwise the server picks: the default port when free, else a free one
+        cmd += ["--port", str(settings.port)]
     for path in settings.traces:  # absolute already: the dashboard's trace databases as this command resolved them
         cmd += ["--traces", str(path)]
     with open(log_file, "ab") as log:
@@ -206,10 +232,20 @@ def start(settings: BackendSettings, *, timeout: float = START_TIMEOUT_S) -> dic
                                    hint=f"See the log: {log_file}\n{_tail(log_file)}")
         state = read_state(settings.data_dir)
         if state is not None and state.get("pid") == proc.pid and _healthy(state["url"], timeout=1.0):
-            return {**status(settings.data_dir), "already_running": False}
+            doc = {**status(settings.data_dir), "already_running": False}
+            if state.get("port") != settings.port:  # the default port was taken: say where it went instead
+                doc["port_taken"] = settings.port
+            return doc
         time.sleep(0.2)
     raise UnavailableError(f"The backend did not answer within {timeout:.0f}s (pid {proc.pid}).",
                            hint=f"See the log: {log_file}; stop it with `synth-ai backend stop`.")
+
+
+def moved_notice(state: dict[str, Any]) -> str:
+    """What to say when `start` found the default port taken (`port_taken`): where the backend went instead."""
+    return (f"Port {state['port_taken']} is taken by another program; the embedded backend listens on "
+            f"{state['url']} instead (recorded in {state['data_dir']}/backend/backend.json, where every later "
+            "command finds it).")
 
 
 def stop(data_dir: Path, *, timeout: float = STOP_TIMEOUT_S) -> dict[str, Any]:

@@ -10,7 +10,8 @@ Every path is under the data dir (`~/.synth-ai/`, or `$SYNTH_AI_HOME`):
     backend/blobs/ab/<sha>   uploaded content, stored once per sha256
     backend/tmp/             uploads in flight (same filesystem as blobs, so the final rename is atomic)
     backend/jobs/<job_id>/   one folder per job: the trainer's workdir (checkpoints) and worker.log
-    backend/backend.json     where the running backend listens: {pid, host, port, url, started_at}
+    backend/backend.json     where the running backend listens: {pid, host, port, url, started_at}; clients
+                             read it (env/backend_record.py), as the port is 8000 only when that was free
     backend/backend.pid      pid of the running backend
     backend/backend.log      log of a daemon started with `synth-ai backend start`
     backend/warm_worker.log  what the warm worker process printed before it was handed a job
@@ -85,6 +86,7 @@ class BackendSettings:
     data_dir: Path
     host: str = DEFAULT_HOST
     port: int = DEFAULT_EMBEDDED_PORT
+    port_fixed: bool = True  # False: `port` is only the first choice; when it is taken, serve takes a free one
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     sync_validate_bytes: int = DEFAULT_SYNC_VALIDATE_BYTES
     max_concurrent_jobs: int = 1
@@ -99,13 +101,15 @@ class BackendSettings:
     @classmethod
     def load(cls, *, data_dir: Path | None = None, host: str | None = None, port: int | None = None,
              traces: list[str] | None = None, executor: str | None = None) -> BackendSettings:
-        from synth_ai.env.backend_url import embedded_port
+        from synth_ai.env.backend_url import default_port, requested_port
         from synth_ai.env.paths import data_dir as default_data_dir
 
+        chosen = requested_port() if port is None else port  # --port, then SYNTH_AI_BACKEND_PORT: taken as given
         return cls(
             data_dir=Path(data_dir) if data_dir is not None else default_data_dir(),
             host=host or DEFAULT_HOST,
-            port=embedded_port() if port is None else port,
+            port=default_port() if chosen is None else chosen,
+            port_fixed=chosen is not None,
             max_upload_bytes=_env_int(ENV_VARS["max_upload_bytes"][0], DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
             sync_validate_bytes=_env_int(ENV_VARS["sync_validate_bytes"][0], DEFAULT_SYNC_VALIDATE_BYTES),
             max_concurrent_jobs=_env_int(ENV_VARS["max_concurrent_jobs"][0], 1, minimum=1),
@@ -197,5 +201,7 @@ def _trace_paths(flags: list[str] | None) -> list[Path]:
 
 def state_paths(data_dir: Path) -> tuple[Path, Path, Path]:
     """(backend.json, backend.pid, backend.log) for a data dir."""
+    from synth_ai.env.backend_record import record_path
+
     root = data_dir / "backend"
-    return root / "backend.json", root / "backend.pid", root / "backend.log"
+    return record_path(data_dir), root / "backend.pid", root / "backend.log"

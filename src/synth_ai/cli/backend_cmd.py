@@ -7,7 +7,8 @@ import typer
 from synth_ai.cli.app import json_option, output_of
 
 HOST_HELP = "Interface to bind. 127.0.0.1 (default) keeps the backend private to this machine."
-PORT_HELP = "Port to listen on (default: $SYNTH_AI_BACKEND_PORT, else 8000)."
+PORT_HELP = ("Port to listen on; an error when another program holds it. Default: $SYNTH_AI_BACKEND_PORT, else "
+             "8000 when it is free and a free port otherwise (recorded in the data dir, where commands find it).")
 TRACES_HELP = ("Trace database (SQLite file, or a folder of them) whose eval runs the dashboard shows; repeatable. "
                "Adds to $SYNTH_AI_BACKEND_TRACES and ./traces/v3.")
 EXECUTOR_HELP = ("What runs jobs: local (one worker process), torchrun (N local processes: data-parallel SFT and "
@@ -60,7 +61,7 @@ def register(app: typer.Typer) -> None:
         json_flag: bool = json_option(),
     ) -> None:
         """Start the backend in the background (pid and log under the data dir)."""
-        from synth_ai.backend.daemon import start
+        from synth_ai.backend.daemon import moved_notice, start
         from synth_ai.backend.server_settings import BackendSettings
 
         out = output_of(ctx, json_flag)
@@ -68,6 +69,8 @@ def register(app: typer.Typer) -> None:
 
         def human(o) -> None:
             verb = "already running" if doc.get("already_running") else "started"
+            if doc.get("port_taken"):
+                o.info(moved_notice(doc))
             o.info(f"Backend {verb} at {doc['url']} (pid {doc['pid']}).")
             o.info(f"Log: {doc['log_file']}  Keys: {doc['key_file']}")
 

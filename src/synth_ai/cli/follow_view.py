@@ -132,7 +132,7 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
     except KeyboardInterrupt:
         err = SynthError(f"Detached from job {job_id}; it keeps running on the backend.",
                          hint=f"Resume with: {resume_command(job_id, jobs)}   (cancel: synth-ai jobs cancel {job_id}"
-                              f"{job_flags(jobs)})",
+                              f"{job_flags(jobs, job_id)})",
                          details={"job_id": job_id})
         err.exit_code = ExitCode.INTERRUPTED
         err.code = "detached"
@@ -147,7 +147,7 @@ def follow_and_report(out: Output, jobs, job_id: str, *, interval: float, timeou
     if not result.succeeded:
         reason = result.job.get("error") or result.job.get("failure_reason") or ""
         raise JobFailedError(f"Job {job_id} ended {result.status}{': ' + str(reason) if reason else ''}.",
-                             hint=f"See its events: synth-ai jobs events {job_id}{job_flags(jobs)}", details=doc)
+                             hint=f"See its events: synth-ai jobs events {job_id}{job_flags(jobs, job_id)}", details=doc)
 
     def human(o: Output) -> None:
         for line in view.summary():

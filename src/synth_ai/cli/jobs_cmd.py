@@ -1,8 +1,11 @@
-"""`synth-ai jobs list|get|events|follow|metrics|cancel`: look at and control training jobs on a backend."""
+"""`synth-ai jobs list|get|events|follow|metrics|cancel`: look at and control training jobs on a backend.
+
+A job id says its family (`job_…` SFT, `rljob_…` RL), so the commands on one job need no `--kind`; an id of another
+shape is looked up under `/learning/jobs`, then `/rl/jobs` (`SynthAPI.families_for`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -19,8 +22,20 @@ class JobKind(str, Enum):
     rl = "rl"
 
 
-def _kind_option() -> JobKind:
-    return typer.Option(JobKind.sft, "--kind", help="Job family: sft (/learning/jobs) or rl (/rl/jobs).")
+def _kind_option() -> JobKind | None:
+    return typer.Option(None, "--kind", help="Job family: sft (/learning/jobs) or rl (/rl/jobs). Default: the one "
+                        "the id names (job_… sft, rljob_… rl); for an id of another shape, /learning/jobs, then "
+                        "/rl/jobs.")
+
+
+def _kind_name(kind: JobKind | None) -> str | None:
+    return kind.value if kind is not None else None
+
+
+def _first_that_knows(families: tuple, call: Callable) -> tuple:
+    from synth_ai.client.resources import first_that_knows  # here: `--help` imports no HTTP client
+
+    return first_that_knows(families, call)
 
 
 def _check_can_plot(path: Path) -> None:
@@ -37,16 +52,17 @@ def _check_can_plot(path: Path) -> None:
         raise InvalidInputError(f"--plot {path} is a directory; give a file name.", hint=f"e.g. --plot {path}/loss.png")
 
 
-def _plot(job_id: str, points: list, path: Path, kind: JobKind) -> str:
+def _plot(job_id: str, points: list, path: Path, jobs) -> str:
     from synth_ai.charts import JOB_PANELS, job_metrics_chart
+    from synth_ai.client.follow_common import job_flags
     from synth_ai.errors import NotFoundError
 
     if job_metrics_chart(points, path) is None:
         drawn = ", ".join(name for _, names in JOB_PANELS for name in names)
         raise NotFoundError(f"Job {job_id} has no metric points to plot ({drawn})"
                             f"{'; it has ' + str(len(points)) + ' other points' if points else ''}.",
-                            hint=f"Metrics appear once training steps run: synth-ai jobs get {job_id} --kind "
-                                 f"{kind.value} shows its status.", details={"job_id": job_id})
+                            hint=f"Metrics appear once training steps run: synth-ai jobs get {job_id}"
+                                 f"{job_flags(jobs, job_id)} shows its status.", details={"job_id": job_id})
     return str(path)
 
 
@@ -64,12 +80,11 @@ def _stream_format_option(when: str = "") -> StreamFormat:
 
 
 @contextmanager
-def _jobs_of(out, backend: str | None, kind: JobKind, env_files: list[str] | None = None,
-            timeout: float | None = None) -> Iterator:
-    """The job family to talk to, on an open connection closed afterwards; `timeout` bounds the whole command."""
+def _api_of(out, backend: str | None, env_files: list[str] | None = None, timeout: float | None = None) -> Iterator:
+    """The API on an open connection closed afterwards; `timeout` bounds the whole command."""
     api = connect(out, backend, env_files, timeout)
     with api.transport:
-        yield api.sft if kind is JobKind.sft else api.rl
+        yield api
 
 
 def _follow(out, jobs, job_id: str, poll_interval: float, poll_timeout: float, stream_format: StreamFormat) -> None:
@@ -94,7 +109,8 @@ def register(app: typer.Typer) -> None:
         status: str = typer.Option(None, "--status", help="queued, running, succeeded, failed or cancelled."),
         type_: str = typer.Option(None, "--type", help="Job type, e.g. sft_offline."),
         limit: int = typer.Option(50, "--limit", min=1, max=1000, help="At most this many jobs."),
-        kind: JobKind = _kind_option(),
+        kind: JobKind = typer.Option(JobKind.sft, "--kind", help="Job family: sft (/learning/jobs, every job on "
+                                     "the embedded backend) or rl (/rl/jobs, RL jobs only)."),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -102,8 +118,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List jobs, newest first."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
-            doc = jobs.list(status=status, type_=type_, limit=limit)
+        with _api_of(out, backend, env_file, timeout) as api:
+            doc = (api.rl if kind is JobKind.rl else api.sft).list(status=status, type_=type_, limit=limit)
         rows = doc.get("jobs", doc.get("data", [])) if isinstance(doc, dict) else doc
 
         def human(o) -> None:
@@ -117,7 +133,7 @@ def register(app: typer.Typer) -> None:
     def get_job(
         ctx: typer.Context,
         job_id: str = typer.Argument(..., help="Job id."),
-        kind: JobKind = _kind_option(),
+        kind: JobKind | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -125,8 +141,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show one job (status, model, fine_tuned_model, timestamps)."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
-            job = jobs.get(job_id)
+        with _api_of(out, backend, env_file, timeout) as api:
+            _, job = _first_that_knows(api.families_for(job_id, _kind_name(kind)), lambda jobs: jobs.get(job_id))
         out.result(job)
 
     @group.command("events")
@@ -139,7 +155,7 @@ def register(app: typer.Typer) -> None:
         poll_interval: float = _poll_interval_option(),
         poll_timeout: float = _poll_timeout_option(),
         stream_format: StreamFormat = _stream_format_option("With --follow: "),
-        kind: JobKind = _kind_option(),
+        kind: JobKind | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -147,11 +163,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print a job's events (and, with --follow, its metrics until it ends)."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
+        with _api_of(out, backend, env_file, timeout) as api:
             if follow:
-                _follow(out, jobs, job_id, poll_interval, poll_timeout, stream_format)
+                _follow(out, api.family_of(job_id, _kind_name(kind)), job_id, poll_interval, poll_timeout,
+                        stream_format)
                 return
-            items = jobs.events(job_id, since_seq=since_seq, limit=1000)
+            _, items = _first_that_knows(api.families_for(job_id, _kind_name(kind)),
+                                         lambda jobs: jobs.events(job_id, since_seq=since_seq, limit=1000))
 
         def human(o) -> None:
             for e in items:
@@ -167,7 +185,7 @@ def register(app: typer.Typer) -> None:
         poll_interval: float = _poll_interval_option(),
         poll_timeout: float = _poll_timeout_option(),
         stream_format: StreamFormat = _stream_format_option(),
-        kind: JobKind = _kind_option(),
+        kind: JobKind | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
@@ -175,8 +193,8 @@ def register(app: typer.Typer) -> None:
         """Follow a job until it ends (same as `jobs events JOB --follow`; exit 0 succeeded, 6 failed/cancelled,
         7 timeout)."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file) as jobs:
-            _follow(out, jobs, job_id, poll_interval, poll_timeout, stream_format)
+        with _api_of(out, backend, env_file) as api:
+            _follow(out, api.family_of(job_id, _kind_name(kind)), job_id, poll_interval, poll_timeout, stream_format)
 
     @group.command("metrics")
     def metrics(
@@ -186,7 +204,7 @@ def register(app: typer.Typer) -> None:
         after_step: int = typer.Option(-1, "--after-step", min=-1, help="Only points after this step."),
         plot: Path = typer.Option(None, "--plot", help="Also draw the loss, learning rate, reward and eval curves "
                                   "to this PNG file (needs Pillow: the train extra)."),
-        kind: JobKind = _kind_option(),
+        kind: JobKind | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -198,11 +216,14 @@ def register(app: typer.Typer) -> None:
         out = output_of(ctx, json_flag)
         if plot is not None:
             _check_can_plot(plot)
-        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
+        with _api_of(out, backend, env_file, timeout) as api:
+            families = api.families_for(job_id, _kind_name(kind))
             points: list[dict] = []
             seen: set[tuple] = set()
             while True:  # page by step: the API returns at most `limit` points per call
-                page = jobs.metrics(job_id, after_step=after_step, limit=1000)
+                jobs, page = _first_that_knows(families, lambda family, after=after_step: family.metrics(
+                    job_id, after_step=after, limit=1000))
+                families = (jobs,)
                 for point in page:
                     key = (point.get("name"), point.get("step"), point.get("phase"))
                     if key not in seen:
@@ -216,7 +237,7 @@ def register(app: typer.Typer) -> None:
             points = [p for p in points if p.get("name") == name]
         doc: dict = {"job_id": job_id, "points": points}
         if plot is not None:
-            doc["plot"] = _plot(job_id, points, plot, kind)
+            doc["plot"] = _plot(job_id, points, plot, jobs)
             out.result(doc, lambda o: o.info(f"Wrote {doc['plot']} ({len(points)} points of job {job_id})."))
             return
 
@@ -230,7 +251,7 @@ def register(app: typer.Typer) -> None:
     def cancel(
         ctx: typer.Context,
         job_id: str = typer.Argument(..., help="Job id."),
-        kind: JobKind = _kind_option(),
+        kind: JobKind | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -238,8 +259,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Cancel a queued or running job."""
         out = output_of(ctx, json_flag)
-        with _jobs_of(out, backend, kind, env_file, timeout) as jobs:
-            doc = jobs.cancel(job_id)
+        with _api_of(out, backend, env_file, timeout) as api:
+            _, doc = _first_that_knows(api.families_for(job_id, _kind_name(kind)), lambda jobs: jobs.cancel(job_id))
         status = doc.get("status", "cancel requested") if isinstance(doc, dict) else doc
         out.result(doc, lambda o: o.info(f"Job {job_id}: {status}"))
 

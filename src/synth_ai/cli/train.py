@@ -38,7 +38,8 @@ def register(app: typer.Typer) -> None:
                                      "[services].task_url)."),
         dataset: str = typer.Option(None, "--dataset", help="SFT: training JSONL (overrides [job].data)."),
         backend: str = typer.Option(None, "--backend", help="Backend base URL (default: BACKEND_BASE_URL, else the "
-                                    "embedded backend on 127.0.0.1:8000)."),
+                                    "embedded backend: 127.0.0.1:8000, or the free port it took when 8000 was "
+                                    "taken)."),
         model: str = typer.Option(None, "--model", help="Override the model (RL: becomes [model].source)."),
         allow_experimental: bool = typer.Option(None, "--allow-experimental/--no-allow-experimental",
                                                 help="Allow experimental models (default: SDK_EXPERIMENTAL=1)."),

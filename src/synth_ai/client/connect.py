@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from synth_ai.client.resources import SynthAPI
 from synth_ai.client.transport import Transport
-from synth_ai.env.backend_url import EMBEDDED_HOST, BackendTarget, embedded_port, ensure_api_base
+from synth_ai.env.backend_url import EMBEDDED_HOST, BackendTarget, ensure_api_base
 from synth_ai.env.dotenv_files import get_env
 from synth_ai.errors import AuthError
 
@@ -40,10 +40,12 @@ def locate_embedded(backend: BackendTarget, say: Callable[[str], None], *, autos
         return BackendTarget(found["api_base"], backend.source, True)
     if not autostart:
         return backend
-    port = embedded_port()
-    say(f"No backend answers; starting the embedded backend on {EMBEDDED_HOST}:{port} "
-        "(stop it with `synth-ai backend stop`).")
-    state = daemon.start(BackendSettings.load(host=EMBEDDED_HOST, port=port))
+    settings = BackendSettings.load(host=EMBEDDED_HOST)
+    where = f"{EMBEDDED_HOST}:{settings.port}" + ("" if settings.port_fixed else " if it is free")
+    say(f"No backend answers; starting the embedded backend on {where} (stop it with `synth-ai backend stop`).")
+    state = daemon.start(settings)
+    if state.get("port_taken"):
+        say(daemon.moved_notice(state))
     return BackendTarget(state.get("api_base") or ensure_api_base(str(state["url"])), backend.source, True,
                          started_here=not state.get("already_running"))
 
@@ -69,4 +71,4 @@ def open_api(backend: BackendTarget, *, say: Callable[[str], None], autostart: b
         raise AuthError(f"No API key for {backend.api_base}.",
                         hint="Run `synth-ai setup` (hosted) or `synth-ai setup --local` (embedded backend), "
                              "or set SYNTH_API_KEY.")
-    return SynthAPI(transport_factory(backend.api_base, key)), backend
+    return SynthAPI(transport_factory(backend.api_base, key, embedded=backend.embedded)), backend

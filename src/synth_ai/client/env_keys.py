@@ -103,7 +103,7 @@ def share_environment_key(key: str | None, *, say: Callable[[str], None], warn: 
                                "shared", backend.api_base)
         say(f"[preflight] sharing ENVIRONMENT_API_KEY ({mask_secret(key)}) with {backend.api_base}, sealed")
         transport = transport_factory(backend.api_base, api_key, timeout=PREFLIGHT_TIMEOUT,
-                                      retry=RetryPolicy(max_retries=1))
+                                      retry=RetryPolicy(max_retries=1), embedded=backend.embedded)
         try:
             routes = EnvKeys(transport)
             routes.upload(key)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from synth_ai.client.resources import Jobs
+from synth_ai.client.resources import Jobs, kind_of_job_id
 from synth_ai.errors import DeadlineError, NetworkError, RateLimitError, ServerError, SynthError
 
 # What a poll may fail with and still be tried again at the next interval (a run of them ends the follow).
@@ -72,17 +72,19 @@ class FollowResult:
         return JobStatus.parse(self.status) == JobStatus.SUCCEEDED
 
 
-def job_flags(jobs: Jobs | None) -> str:
-    """The `jobs` command flags that reach the same job again: its family and its backend."""
+def job_flags(jobs: Jobs | None, job_id: str) -> str:
+    """The `jobs` command flags that reach the same job again: its backend, and its family where the id does not
+    say it (`--kind` is inferred from `job_…`/`rljob_…`; an id of another shape is looked up as SFT first)."""
     if jobs is None:
         return ""
-    kind = " --kind rl" if jobs.prefix == "/rl/jobs" else ""
+    family = "rl" if jobs.prefix == "/rl/jobs" else "sft"
+    kind = f" --kind {family}" if family != (kind_of_job_id(job_id) or "sft") else ""
     return f"{kind} --backend {jobs.t.api_base}"
 
 
 def resume_command(job_id: str, jobs: Jobs | None = None) -> str:
     """The command that picks the job up again (`jobs events ID --follow` does the same under its old name)."""
-    return f"synth-ai jobs follow {job_id}{job_flags(jobs)}"
+    return f"synth-ai jobs follow {job_id}{job_flags(jobs, job_id)}"
 
 
 def deadline_error(jobs: Jobs, job_id: str, status: str | None, timeout: float) -> DeadlineError:

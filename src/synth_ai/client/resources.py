@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from synth_ai.client.transport import Transport, decode_json
+from synth_ai.client.transport import Transport
 from synth_ai.client.uploads import multipart_file_body
 from synth_ai.errors import NotFoundError, ServerError
+
+T = TypeVar("T")
 
 
 def job_id_of(created: Any, url: str) -> str:
@@ -31,7 +33,7 @@ class Files:
             return multipart_file_body(path, fields={"purpose": purpose}, filename=filename, on_progress=on_progress)
 
         response = self.t.request("POST", "/files", idempotency_key=idempotency_key, body_factory=body)
-        created = decode_json(response, self.t.url("/files"))
+        created = self.t.decode(response)
         if not (isinstance(created, dict) and created.get("id")):
             raise ServerError(f"{self.t.url('/files')} accepted the upload but answered without a file id.")
         return created
@@ -110,6 +112,35 @@ class RL(Jobs):
         return self.t.post_json("/rl/verify_task_app", {"endpoint_base_url": task_url})
 
 
+def kind_of_job_id(job_id: str) -> str | None:
+    """The kind a job id names by its prefix, as the embedded backend makes them (`job_…` SFT, `rljob_…` RL); None
+    for an id of another shape (a hosted backend's)."""
+    from synth_ai.backend.jobs.kinds import KINDS
+
+    return next((kind.name for kind in KINDS.values() if job_id.startswith(f"{kind.id_prefix}_")), None)
+
+
+def says_rl(job: Any) -> bool:
+    """Whether a job document describes an RL job (`job_type` rl, or a training type such as rl_online)."""
+    if not isinstance(job, dict):
+        return False
+    return job.get("job_type") == "rl" or any(str(job.get(key) or "").startswith("rl")
+                                              for key in ("type", "training_type"))
+
+
+def first_that_knows(families: tuple[Jobs, ...], call: Callable[[Jobs], T]) -> tuple[Jobs, T]:
+    """`call(jobs)` on each family in turn until one knows the job: that family and its answer. When none does,
+    the first family's not-found error (the likeliest home of the job)."""
+    first: NotFoundError | None = None
+    for jobs in families:
+        try:
+            return jobs, call(jobs)
+        except NotFoundError as exc:
+            first = first or exc
+    assert first is not None
+    raise first
+
+
 class SynthAPI:
     """All resources over one transport."""
 
@@ -118,6 +149,24 @@ class SynthAPI:
         self.files = Files(transport)
         self.sft = Jobs(transport, "/learning/jobs")
         self.rl = RL(transport)
+
+    def families_for(self, job_id: str, kind: str | None = None) -> tuple[Jobs, ...]:
+        """The job families to ask about `job_id`, in order: the one `kind` names, else the one the id's prefix
+        names; for an id of another shape, `/learning/jobs` (which serves every kind here, and RL status on the
+        hosted API) and then `/rl/jobs`."""
+        named = kind or kind_of_job_id(job_id)
+        if named is None:
+            return (self.sft, self.rl)
+        return (self.rl,) if named == "rl" else (self.sft,)
+
+    def family_of(self, job_id: str, kind: str | None = None) -> Jobs:
+        """The one family to follow `job_id` through: asked with a GET only when neither `kind` nor the id says
+        which (then the job's own document decides, RL jobs going to `/rl/jobs`)."""
+        families = self.families_for(job_id, kind)
+        if len(families) == 1:
+            return families[0]
+        jobs, job = first_that_knows(families, lambda family: family.get(job_id))
+        return self.rl if says_rl(job) else jobs
 
     def close(self) -> None:
         self.transport.close()

@@ -2,8 +2,9 @@
 
 It owns every transport concern so resources never touch httpx: the `/api` base, `Authorization: Bearer`, finite
 timeouts, retries with jittered exponential backoff honouring `Retry-After` / `retry-after-ms`, the
-`Idempotency-Key` of a create (the same key on every retry), redaction of secrets in errors, and the mapping of
-failures to `synth_ai.errors` types.
+`Idempotency-Key` of a create (the same key on every retry), redaction of secrets in errors, the mapping of
+failures to `synth_ai.errors` types, and refusing a reply that no Synth backend would send (another program on the
+backend's port; `client/identity.py`).
 
 What is retried: connection failures (the request never left), 408, 429 and 5xx. Read timeouts and dropped
 connections after the request was sent are retried only when repeating is safe: GET, a request carrying an
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 
 from synth_ai import __version__
+from synth_ai.client import identity
 from synth_ai.env.secrets import redact
 from synth_ai.errors import (
     AuthError,
@@ -79,8 +81,12 @@ class Transport:
         sleep: Callable[[float], None] = time.sleep,
         http_transport: httpx.BaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
+        embedded: bool = False,
     ) -> None:
         self.api_base = api_base.rstrip("/")
+        self.origin = self.api_base.removesuffix("/api")  # where the backend's /health is, and what messages name
+        self.embedded = embedded  # this machine's backend: its replies are known exactly (client/identity.py)
+        self._ours: bool | None = None  # its /health verdict, asked once
         self.api_key = api_key
         self.retry = retry
         self._sleep = sleep
@@ -206,6 +212,8 @@ class Transport:
                     continue
                 raise NetworkError(f"The connection to {self.api_base} broke during {method} {path} "
                                    f"({type(exc).__name__}).", hint="Retry the command.") from None
+            if response.status_code not in RETRYABLE_STATUS:
+                self.check_identity(response)
             if response.status_code < 400:
                 return response
             if response.status_code in RETRYABLE_STATUS and attempt < self.retry.max_retries:
@@ -219,12 +227,31 @@ class Transport:
                 continue
             raise _status_error(method, self.url(path), response)
 
+    def check_identity(self, response: httpx.Response) -> None:
+        """Raise NotABackendError when `response` cannot come from a Synth backend (another program answers)."""
+        reason = identity.foreign_reply(response)
+        if reason is None and self.embedded and identity.lacks_our_error(response):
+            if self._ours is None:
+                self._ours = identity.says_it_is_ours(self._http, self.origin)
+            if not self._ours:
+                reason = f"{identity.body_summary(response)}, and its /health is not the synth-ai backend's"
+        if reason is not None:
+            raise identity.not_a_backend(self.origin, reason, response, embedded=self.embedded)
+
+    def decode(self, response: httpx.Response) -> Any:
+        """The JSON body of a successful reply; NotABackendError when no Synth backend would answer with it."""
+        body = identity.json_body(response)
+        reason = identity.foreign_body(response, body)
+        if reason is not None:
+            raise identity.not_a_backend(self.origin, reason, response, embedded=self.embedded)
+        return body
+
     def get_json(self, path: str, *, params: Mapping[str, Any] | None = None) -> Any:
-        return decode_json(self.request("GET", path, params=params), self.url(path))
+        return self.decode(self.request("GET", path, params=params))
 
     def post_json(self, path: str, body: Any, *, idempotency_key: str | None = None, repeatable: bool = False) -> Any:
-        return decode_json(self.request("POST", path, json=body, idempotency_key=idempotency_key,
-                                        repeatable=repeatable), self.url(path))
+        return self.decode(self.request("POST", path, json=body, idempotency_key=idempotency_key,
+                                        repeatable=repeatable))
 
     def stream_lines(self, path: str, *, params: Mapping[str, Any] | None = None,
                      headers: Mapping[str, str] | None = None, read_timeout: float = 60.0,
@@ -240,6 +267,8 @@ class Transport:
                                    timeout=timeout) as response:
                 if response.status_code >= 400:
                     response.read()
+                    if response.status_code not in RETRYABLE_STATUS:
+                        self.check_identity(response)
                     raise _status_error("GET", self.url(path), response)
                 if not response.headers.get("content-type", "").startswith(content_type):
                     raise UnavailableError(f"GET {self.url(path)} answered {response.headers.get('content-type')}, "
@@ -288,20 +317,12 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     return max(0.0, parsed.timestamp() - time.time())
 
 
-def decode_json(response: httpx.Response, url: str) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        raise ServerError(f"{url} answered {response.status_code} with a body that is not JSON: "
-                          f"{redact(response.text[:200])!r}", hint="Is --backend pointing at a Synth backend?") from None
-
-
 def server_detail(response: httpx.Response) -> Any:
     """The error the server explained, as JSON when it sent JSON."""
     try:
         body = response.json()
-    except ValueError:
-        return redact(response.text[:500])
+    except ValueError:  # a proxy's or another program's page: say what it was, never print it
+        return f"a {identity.body_summary(response)} reply that is not JSON"
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         return body["error"]  # ours: {"detail": message, "error": {code, message, hint?, details?}}
     if isinstance(body, dict) and "detail" in body:

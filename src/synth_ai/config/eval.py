@@ -13,6 +13,8 @@ from synth_ai.config.fields import (
     SECTION,
     FiniteFloat,
     NonEmptyStr,
+    NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     Seeds,
@@ -56,9 +58,13 @@ class EvalConfig(BaseModel):
     image_only_mode: bool | None = None
     judge: dict[str, Any] | None = None
     judges: list[dict[str, Any]] | None = None
-    # ours: a per-seed deadline for the whole /rollout call, and where traces go (`none` stores nothing)
+    # ours: a per-seed deadline for the whole /rollout call, how long a seed waits for an unreachable task app (0:
+    # not at all), where traces go (`none` stores nothing), and a seed from which each rollout's sampling seed is
+    # derived (policy config `seed`), so a re-run samples alike
     rollout_timeout_s: PositiveFloat | None = None
+    task_app_wait_s: NonNegativeFloat | None = None
     trace_db: str | None = None
+    sampling_seed: NonNegativeInt | None = None
 
 
 def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:

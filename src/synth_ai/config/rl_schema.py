@@ -122,6 +122,7 @@ class TrainingSection(BaseModel):
     checkpoint_interval: PositiveInt | None = None
     rollout_timeout_s: PositiveFloat | None = None
     rollout_retries: NonNegativeInt | None = None
+    task_app_wait_s: NonNegativeFloat | None = None  # how long to wait for an unreachable task app; 0: not at all
 
 
 class EvaluationSection(BaseModel):

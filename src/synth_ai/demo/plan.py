@@ -2,6 +2,13 @@
 
 Every config is a plain TOML file a user could have written; the demo writes them next to the data they
 produce so each step can be repeated by hand with the command the demo printed.
+
+Two fresh runs print the same scores: every eval samples from seeds derived from `SAMPLING_SEED` (`[eval]
+sampling_seed`), SFT and RL are seeded (SFT's default seed, RL's `[training].seed`), and every model call runs
+alone (eval `concurrency = 1`, RL `max_concurrent_rollouts = 1`). Calls that share a decoding batch get log-probs
+that differ in the last bits with the batch they land in, which RL turns into slightly different weights and,
+some iterations later, different samples; one at a time, the sampled episodes are stored in seed order too, so
+the filter writes the SFT data in the same order on every run.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from pathlib import Path
 APP_ID = "color-quiz"
 MODEL = "synth-ai/tiny-qwen3"
 HELD_OUT_SEEDS = 1000  # held-out seeds start here; sampling for SFT data uses seeds from 0
+SAMPLING_SEED = 0
 THINGS = 2  # how many of the quiz's things the seeds cycle through (the app's `things` env setting)
 
 
@@ -34,8 +42,8 @@ class Sizes:
         return f"0-{self.sampled - 1}"
 
 
-FULL = Sizes(held_out=32, sampled=128, sample_temperature=1.0, sft_epochs=8, rl_iterations=30, rl_batch=4, rl_group=8)
-FAST = Sizes(held_out=16, sampled=64, sample_temperature=1.0, sft_epochs=8, rl_iterations=20, rl_batch=4, rl_group=8)
+FULL = Sizes(held_out=32, sampled=128, sample_temperature=1.0, sft_epochs=8, rl_iterations=60, rl_batch=4, rl_group=8)
+FAST = Sizes(held_out=16, sampled=128, sample_temperature=1.0, sft_epochs=8, rl_iterations=40, rl_batch=4, rl_group=8)
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,8 @@ task_app_url = "{task_url}"
 model = "{MODEL}"
 seeds = "{seeds}"
 split = "{split}"
-concurrency = 8
+concurrency = 1
+sampling_seed = {SAMPLING_SEED}
 return_trace = true
 trace_format = "structured"
 
@@ -129,6 +138,7 @@ gradient_accumulation_steps = 1
 sequence_length = 128
 learning_rate = 1e-3
 warmup_ratio = 0.1
+seed = 42
 """
 
 
@@ -159,7 +169,7 @@ env_name = "{APP_ID}"
 policy_name = "{APP_ID}"
 max_turns = 1
 episodes_per_batch = {sizes.rl_batch * sizes.rl_group}
-max_concurrent_rollouts = 8
+max_concurrent_rollouts = 1
 
 [rollout.env_config]
 things = {THINGS}

@@ -1,7 +1,8 @@
 """The two servers the demo needs: the embedded backend (reused when one runs) and the bundled task app.
 
 The demo stops only what it started: a backend that was already running stays up, and so does everything when
-`--keep` is given.
+`--keep` is given. Neither takes a port that another program holds: each uses its usual port (8000, 8001) when it
+is free and a free one otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from synth_ai.errors import NetworkError
+from synth_ai.taskapp.serving import DEFAULT_PORT as TASK_APP_PORT  # tried first, as `synth-ai serve` would
 
 TASK_APP_START_TIMEOUT_S = 60.0
 MODEL_WARM_TIMEOUT_S = 600.0
@@ -30,12 +32,14 @@ class Services:
     task_url: str | None = None
 
     def start_backend(self) -> dict[str, Any]:
-        from synth_ai.backend.daemon import start
+        from synth_ai.backend.daemon import moved_notice, start
         from synth_ai.backend.server_settings import BackendSettings
 
         doc = start(BackendSettings.load())
         self.started_backend = not doc.get("already_running")
         self.backend = doc
+        if doc.get("port_taken"):
+            self.say(moved_notice(doc))
         verb = "started" if self.started_backend else "reusing the running"
         self.say(f"Embedded backend: {verb} backend at {doc['url']} (pid {doc['pid']}).")
         return doc
@@ -59,10 +63,13 @@ class Services:
                                hint=f"See the backend log: {self.backend.get('log_file')}")
 
     def serve_task_app(self, app_id: str, *, env: dict[str, str], cwd: Path, log_file: Path) -> str:
-        """`synth-ai serve <app_id> --port <free>` in the background; returns its URL once /health answers."""
+        """`synth-ai serve <app_id> --port <port>` in the background, on `synth-ai serve`'s port (8001) when it is
+        free and on a free one otherwise; returns its URL once /health answers."""
         import httpx
 
-        port = _free_port()
+        from synth_ai.ports import preferred_or_free_port
+
+        port = preferred_or_free_port("127.0.0.1", TASK_APP_PORT)
         argv = [sys.executable, "-m", "synth_ai", "serve", app_id, "--host", "127.0.0.1", "--port", str(port)]
         self.say(f"$ synth-ai serve {app_id} --port {port}   (task app, in the background; log {log_file})")
         with open(log_file, "ab") as log:
@@ -107,11 +114,3 @@ class Services:
             stop(data_dir())
             stopped.append("backend")
         return stopped
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -2,7 +2,12 @@
 
 Precedence: `--backend` > `BACKEND_BASE_URL` > `SYNTH_BACKEND_URL_OVERRIDE` (or the older `BACKEND_OVERRIDE`)
 = local|dev|prod, each read from `LOCAL_BACKEND_URL`, `DEV_BACKEND_URL`, `PROD_BACKEND_URL` > the embedded
-backend on 127.0.0.1:8000. Every URL ends in `/api`, as synth-ai 0.2.17's `ensure_api_base` made it.
+backend of this data dir. Every URL ends in `/api`, as synth-ai 0.2.17's `ensure_api_base` made it.
+
+The embedded backend listens on 127.0.0.1:8000 when that port is free and on a free port otherwise; where it runs
+is recorded in the data dir (`env.backend_record`). A setting that names the default address (127.0.0.1:8000 in
+a `.env`) therefore means the recorded backend while one runs: never the other program that holds port 8000.
+An explicit `--backend` is taken as given.
 """
 
 from __future__ import annotations
@@ -10,24 +15,41 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from synth_ai.errors import InvalidInputError
 from synth_ai.urls import join_url
 
 EMBEDDED_HOST = "127.0.0.1"
 DEFAULT_EMBEDDED_PORT = 8000
-PORT_ENV = "SYNTH_AI_BACKEND_PORT"  # moves the embedded backend (serve/start default, and where clients look)
+PORT_ENV = "SYNTH_AI_BACKEND_PORT"  # the embedded backend's port, taken as given (an error when it is busy)
+DEFAULT_PORT_ENV = "SYNTH_AI_BACKEND_DEFAULT_PORT"  # the port tried first when none is given (8000)
 HOSTED_PROD_URL = "https://agent-learning.onrender.com"
 
 
-def embedded_port(environ: Mapping[str, str] | None = None) -> int:
-    env = os.environ if environ is None else environ
-    raw = env.get(PORT_ENV, "").strip()
+def _port_setting(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
     if not raw:
-        return DEFAULT_EMBEDDED_PORT
+        return None
     if not raw.isdigit() or not 1 <= int(raw) <= 65535:
-        raise InvalidInputError(f"{PORT_ENV}={raw!r} is not a port number.", hint=f"Set {PORT_ENV} to 1-65535.")
+        raise InvalidInputError(f"{name}={raw!r} is not a port number.", hint=f"Set {name} to 1-65535.")
     return int(raw)
+
+
+def requested_port(environ: Mapping[str, str] | None = None) -> int | None:
+    """`SYNTH_AI_BACKEND_PORT`: a port the user chose, which the backend takes or fails on; None when unset."""
+    return _port_setting(os.environ if environ is None else environ, PORT_ENV)
+
+
+def default_port(environ: Mapping[str, str] | None = None) -> int:
+    """The port a backend started without one tries first: `SYNTH_AI_BACKEND_DEFAULT_PORT`, else 8000."""
+    return _port_setting(os.environ if environ is None else environ, DEFAULT_PORT_ENV) or DEFAULT_EMBEDDED_PORT
+
+
+def embedded_port(environ: Mapping[str, str] | None = None) -> int:
+    """Where the embedded backend listens when it could choose: the requested port, else the default one."""
+    port = requested_port(environ)
+    return default_port(environ) if port is None else port
 
 
 def embedded_url(environ: Mapping[str, str] | None = None) -> str:
@@ -53,12 +75,12 @@ def ensure_api_base(url: str) -> str:
 
 def resolve_backend(flag: str | None = None, environ: Mapping[str, str] | None = None) -> BackendTarget:
     env = os.environ if environ is None else environ
+    running = _running_api_base()
     if flag and flag.strip():
         api = ensure_api_base(flag)
-        return BackendTarget(api, "--backend", _is_embedded(api, env))
+        return BackendTarget(api, "--backend", _is_embedded(api, env, running))
     if env.get("BACKEND_BASE_URL", "").strip():
-        api = ensure_api_base(env["BACKEND_BASE_URL"])
-        return BackendTarget(api, "BACKEND_BASE_URL", _is_embedded(api, env))
+        return _setting_target(ensure_api_base(env["BACKEND_BASE_URL"]), "BACKEND_BASE_URL", env, running)
     for name in ("SYNTH_BACKEND_URL_OVERRIDE", "BACKEND_OVERRIDE"):
         choice = env.get(name, "").strip().lower()
         if not choice:
@@ -71,11 +93,41 @@ def resolve_backend(flag: str | None = None, environ: Mapping[str, str] | None =
         if not url:
             raise InvalidInputError(f"{name}={choice} needs {choice.upper()}_BACKEND_URL to be set.",
                                     hint=f"Export {choice.upper()}_BACKEND_URL=https://... or use --backend URL.")
-        api = ensure_api_base(url)
-        return BackendTarget(api, f"{name}={choice}", _is_embedded(api, env))
-    return BackendTarget(ensure_api_base(embedded_url(env)), "embedded default", True)
+        return _setting_target(ensure_api_base(url), f"{name}={choice}", env, running)
+    return BackendTarget(running or ensure_api_base(embedded_url(env)), "embedded default", True)
 
 
-def _is_embedded(api_base: str, env: Mapping[str, str]) -> bool:
-    port = embedded_port(env)
-    return api_base.startswith((f"http://localhost:{port}/", f"http://{EMBEDDED_HOST}:{port}/"))
+def _running_api_base() -> str | None:
+    """The API base of the backend running on this data dir, from its record."""
+    from synth_ai.env.backend_record import running_record
+
+    record = running_record()
+    return ensure_api_base(record["api_base"]) if record else None
+
+
+def _setting_target(api: str, source: str, env: Mapping[str, str], running: str | None) -> BackendTarget:
+    """A URL from the environment: the default embedded address means the recorded backend while one runs."""
+    if running and _is_default_address(api, env):
+        return BackendTarget(running, source, True)
+    return BackendTarget(api, source, _is_embedded(api, env, running))
+
+
+def _loopback_port(api_base: str) -> int | None:
+    """The port of an http URL on this machine's loopback address, else None."""
+    parts = urlsplit(api_base)
+    if parts.scheme != "http" or parts.hostname not in {"localhost", EMBEDDED_HOST}:
+        return None
+    try:
+        return parts.port
+    except ValueError:  # not a port number: no backend of ours listens there
+        return None
+
+
+def _is_default_address(api_base: str, env: Mapping[str, str]) -> bool:
+    return _loopback_port(api_base) == embedded_port(env) and urlsplit(api_base).path.rstrip("/") == "/api"
+
+
+def _is_embedded(api_base: str, env: Mapping[str, str], running: str | None) -> bool:
+    """This machine's embedded backend: the recorded one, or the default address (where one would start)."""
+    port = _loopback_port(api_base)
+    return port is not None and port in {embedded_port(env), _loopback_port(running) if running else None}

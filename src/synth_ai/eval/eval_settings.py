@@ -12,6 +12,7 @@ from typing import Any
 from synth_ai.config.common import ResolveContext
 from synth_ai.config.toml_source import display_path
 from synth_ai.errors import InvalidInputError
+from synth_ai.taskapp.reachability import DEFAULT_WAIT_S
 
 DEFAULT_SEEDS = [0, 1, 2, 3, 4]
 DEFAULT_TRACE_DB = Path("traces") / "v3" / "synth_ai.db"
@@ -45,6 +46,7 @@ class EvalSettings:
     split: str
     concurrency: int
     rollout_timeout: float
+    task_app_wait: float  # seconds a seed waits for an unreachable task app (eval.runner)
     app_id: str | None  # None with --url when neither the argument nor the TOML names it
     url: str | None  # None: run the app in-process
     trace_db: Path | None  # None: traces are not stored
@@ -161,6 +163,7 @@ def resolve_settings(options: EvalOptions) -> EvalSettings:
         model=str(model), seeds=seeds, split=options.split or cfg.get("split") or "train",
         concurrency=int(options.concurrency or cfg.get("concurrency") or 1),
         rollout_timeout=float(options.rollout_timeout or cfg.get("rollout_timeout_s") or DEFAULT_ROLLOUT_TIMEOUT_S),
+        task_app_wait=float(DEFAULT_WAIT_S if cfg.get("task_app_wait_s") is None else cfg["task_app_wait_s"]),
         app_id=app_id, url=url.rstrip("/") if url else None,
         trace_db=resolve_trace_db(options.trace_db, cfg.get("trace_db"), base),
         metadata=metadata, metadata_sql=options.metadata_sql or cfg.get("metadata_sql"),

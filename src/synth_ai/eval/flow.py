@@ -45,7 +45,7 @@ def run_eval(options: EvalOptions, hooks: Hooks) -> EvalRun:
     # The model endpoint is resolved once the app and the seeds are known (it may start the embedded backend).
     spec = RunSpec(model=settings.model, split=settings.split, cfg=settings.config, target=None,
                    concurrency=settings.concurrency, rollout_timeout=settings.rollout_timeout, judges=judges,
-                   app_id=settings.app_id)
+                   app_id=settings.app_id, say=hooks.say)
     run.context = {
         "model": settings.model, "app_id": settings.app_id, "task_app": settings.url or "in-process",
         "split": settings.split, "concurrency": settings.concurrency,
@@ -72,12 +72,15 @@ async def _run(run: EvalRun, spec: RunSpec, hooks: Hooks) -> None:
     from synth_ai.eval.apps import open_task_app
     from synth_ai.eval.policy import resolve_inference
     from synth_ai.eval.seeds import select_seeds
+    from synth_ai.taskapp.reachability import TaskAppOutage, probe_health
 
     settings = run.settings
     async with open_task_app(app_id=settings.app_id, url=settings.url, timeout=settings.rollout_timeout,
                              concurrency=settings.concurrency) as app:
         if app.app_id:  # in-process: the app's own id (an alias was given, or none)
             spec.app_id = run.context["app_id"] = app.app_id
+        spec.outage = TaskAppOutage(settings.url or app.where, settings.task_app_wait,
+                                    probe=lambda: probe_health(app.client))
         run.seeds = await select_seeds(app.client, settings.seeds, settings.metadata, settings.metadata_sql)
         run.context["seeds"] = run.seeds
         spec.target = await asyncio.to_thread(resolve_inference, settings.config, settings.backend, hooks.say)

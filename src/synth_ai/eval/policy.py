@@ -9,6 +9,7 @@ this machine, SYNTH_API_KEY elsewhere); vendor endpoints get their vendor's key.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ def rollout_body(*, seed: int, model: str, split: str, cfg: dict[str, Any], targ
     policy = policy_config(cfg)
     if target.url is not None:
         policy.setdefault("inference_url", target.url)
+    if cfg.get("sampling_seed") is not None:  # ours: each seed samples its own tokens, the same ones on every run
+        policy.setdefault("seed", sampling_seed_of(int(cfg["sampling_seed"]), seed))
     max_llm_calls = policy.get("max_llm_calls") or cfg.get("max_llm_calls") or 10
     body: dict[str, Any] = {
         "run_id": str(uuid.uuid4()),
@@ -71,3 +74,10 @@ def rollout_body(*, seed: int, model: str, split: str, cfg: dict[str, Any], targ
     if cfg.get("env_name"):
         body["env"]["env_name"] = cfg["env_name"]
     return body
+
+
+def sampling_seed_of(sampling_seed: int, seed: int) -> int:
+    """The sampling seed of one rollout: a hash of the run's `sampling_seed` and the task seed, so that two task
+    seeds never share a random stream and neighbouring `sampling_seed`s do not shift into each other's."""
+    digest = hashlib.sha256(f"{sampling_seed}:{seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF

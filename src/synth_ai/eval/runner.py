@@ -1,8 +1,10 @@
 """Running the seeds: `concurrency` rollouts in flight, each bounded by its own deadline, each finished seed
 scored and its session written at once (one transaction), so an interrupted run keeps every seed that finished.
 
-A seed whose `/rollout` fails (HTTP error, unreachable app, a body that is not a rollout response) is `error`;
-one past its deadline is `timeout`. Neither gets a score: they are reported as what they are, never as 0.
+A seed whose `/rollout` fails (HTTP error, a body that is not a rollout response) is `error`; one past its deadline
+is `timeout`. Neither gets a score: they are reported as what they are, never as 0. A seed that cannot reach the app
+(`synth_ai.taskapp.reachability`: no connection, or a gateway's 502/503/504) waits for it and is sent again once it
+answers, for at most `[eval].task_app_wait_s` from the first failure; past it the seed is an `error` saying so.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from synth_ai.eval.judges import Judge
 from synth_ai.eval.policy import InferenceTarget, rollout_body
 from synth_ai.eval.scoring import official_score, outcome_score
 from synth_ai.eval.traces import session_for, task_facts
+from synth_ai.taskapp.reachability import TaskAppOutage, unreachable_answer, unreachable_error
 
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 _ERROR_CHARS = 300
+WAIT_KEY = "[eval].task_app_wait_s"
 
 
 @dataclass
@@ -55,6 +59,8 @@ class RunSpec:
     judges: list[Judge]
     app_id: str | None
     eval_run_id: str = field(default_factory=lambda: f"eval_{uuid.uuid4().hex[:12]}")
+    outage: TaskAppOutage | None = None  # set once the app is open (see flow); None: no waiting
+    say: Callable[[str], None] = lambda text: None  # progress lines: waiting for the app, and its return
 
 
 def _error_text(response: Any) -> str:
@@ -78,20 +84,16 @@ async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any,
                    late: Callable[[SeedResult], None] | None = None) -> SeedResult:
     """One seed's rollout, scores and stored session. `late` gets the result of a seed interrupted (cancelled)
     while its session was being written: the write completes anyway, so the seed did finish."""
-    import httpx
-
     body = rollout_body(seed=seed, model=spec.model, split=spec.split, cfg=spec.cfg, target=spec.target)
     started = time.perf_counter()
 
     def done(status: str, **kw: Any) -> SeedResult:
         return SeedResult(seed, status, round(time.perf_counter() - started, 3), **kw)
 
-    try:
-        response = await asyncio.wait_for(client.post("/rollout", json=body), spec.rollout_timeout)
-    except (TimeoutError, httpx.TimeoutException):
-        return done(TIMEOUT, error=f"no answer within {spec.rollout_timeout:g}s")
-    except httpx.HTTPError as exc:
-        return done(ERROR, error=redact(f"{type(exc).__name__}: {exc}")[:_ERROR_CHARS] or type(exc).__name__)
+    response = await _post_rollout(client, spec, seed, body)
+    if isinstance(response, tuple):
+        status, error = response
+        return done(status, error=error)
     if not 200 <= response.status_code < 300:
         return done(ERROR, http_status=response.status_code, error=_error_text(response))
     try:
@@ -123,6 +125,43 @@ async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any,
             return result
         result.session_id, result.stored = session.session_id, True
     return result
+
+
+async def _post_rollout(client: Any, spec: RunSpec, seed: int, body: dict[str, Any]) -> Any:
+    """The app's answer to the seed's `/rollout`, or (status, error) when the seed failed without one. An app that
+    cannot be reached is waited for (`spec.outage`) and asked again."""
+    import httpx
+
+    while True:
+        try:
+            response = await asyncio.wait_for(client.post("/rollout", json=body), spec.rollout_timeout)
+        except (TimeoutError, httpx.HTTPError) as exc:
+            why = unreachable_error(exc)
+            if why is None and isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+                return TIMEOUT, f"no answer within {spec.rollout_timeout:g}s"
+            if why is None:
+                return ERROR, redact(f"{type(exc).__name__}: {exc}")[:_ERROR_CHARS] or type(exc).__name__
+        else:
+            why = unreachable_answer(response.status_code, response.text)
+            if why is None:
+                if spec.outage is not None:
+                    spec.outage.end()
+                return response
+        if spec.outage is None or spec.outage.window_s <= 0:
+            return ERROR, why[:_ERROR_CHARS]
+        if not await _wait_for_app(spec.outage, seed, why, spec.say):
+            return ERROR, spec.outage.give_up_reason(WAIT_KEY)[:_ERROR_CHARS]
+
+
+async def _wait_for_app(outage: TaskAppOutage, seed: int, why: str, say: Callable[[str], None]) -> bool:
+    if outage.begin(why):
+        say(f"The task app at {outage.url} cannot be reached ({why}); seed {seed} waits for it, "
+            f"{outage.remaining_s():.0f}s at most ({WAIT_KEY}).")
+    back = await outage.wait()
+    if back and outage.tell_back():
+        say(f"The task app at {outage.url} answers again after {outage.waited_s():.0f}s; the seeds that could not "
+            "reach it are sent again.")
+    return back
 
 
 def _report_late_write(write: asyncio.Future, result: SeedResult, session_id: str,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from synth_ai.errors import AuthError, ExitCode, InvalidInputError, SynthError
-from synth_ai.ports import port_in_use
+from synth_ai.ports import any_free_port, port_in_use
 from synth_ai.processes import pid_alive
 from synth_ai.taskapp.auth import ENV_KEY, allowed_environment_api_keys, normalize_environment_api_key
 
@@ -296,9 +295,7 @@ def running_in_background(app: Any, *, host: str = DEFAULT_HOST, port: int = 0,
     import uvicorn
 
     if port == 0:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
+        port = any_free_port(host)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name=f"task-app-{port}", daemon=True)
     thread.start()

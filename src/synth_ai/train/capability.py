@@ -30,10 +30,12 @@ class TrainingUnavailableError(UnavailableError):
 
 def training_report(api: SynthAPI) -> dict[str, Any] | None:
     """The backend's `training` capability, or None when it does not report one."""
+    from synth_ai.client.identity import NotABackendError
+
     try:
         doc = api.transport.get_json("/health")
-    except (NetworkError, DeadlineError):
-        raise  # the backend cannot be reached: say so now rather than after the same retries again
+    except (NetworkError, DeadlineError, NotABackendError):
+        raise  # no backend to send anything to: say so now rather than after the same retries again
     except SynthError:
         return None  # no such route, or an error answer: it does not report
     training = doc.get("training") if isinstance(doc, dict) else None

@@ -83,6 +83,7 @@ class StopSignal:
         self._cancelled = False
         self._checked_at = 0.0
         self.stopped = False
+        self._why: str | None = None
 
     def cancelled(self, *, fresh: bool = False) -> bool:
         now = time.monotonic()
@@ -100,6 +101,21 @@ class StopSignal:
         return os.getppid() != self.parent_pid
 
     def why(self) -> str:
+        """Why the job stopped, worded to follow "stopped because": a cancel, the job settled or deleted elsewhere,
+        the backend killed or shutting down, or SIGTERM from someone else. The first answer sticks, so the trainer's
+        event and the worker's agree (a backend that shuts down leaves soon after, which is no new reason)."""
+        if self._why is None:
+            self._why = self._find_why()
+        return self._why
+
+    def _find_why(self) -> str:
+        if self.cancelled(fresh=True):  # a cancel also sends SIGTERM: the database says which it was
+            row = self.store.get(self.job_id)
+            if row is None:
+                return "the job was deleted from the backend's database"
+            if row["cancel_requested"]:
+                return "the job was cancelled"
+            return f"the job was already {row['status']}"
         if self.terminated.is_set():
             # The kernel's SIGTERM (PR_SET_PDEATHSIG) fires when the thread that started us exits; while a killed
             # backend's other threads are still exiting, they are our parent for a moment. A backend that shuts
@@ -108,8 +124,13 @@ class StopSignal:
             while not self.parent_gone() and time.monotonic() < deadline:
                 time.sleep(0.02)
         if self.parent_gone():
-            return "the backend process went away"
-        return "the backend is shutting down" if self.terminated.is_set() else "it was asked to stop"
+            return "the backend process went away (it was killed or crashed)"
+        if self.terminated.is_set():
+            if self.parent_pid is None:  # not started by a backend (a Modal container): the platform stopped it
+                return "its process was sent SIGTERM (the machine or container running it is stopping)"
+            return "the backend is shutting down (stopped or restarting)"
+        # Only a torchrun rank gets here: the ranks stop together when any of them is told to.
+        return "another process of the job was told to stop"
 
     def __call__(self) -> bool:
         stop = self.terminated.is_set() or self.parent_gone() or self.cancelled()

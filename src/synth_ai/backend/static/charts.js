@@ -12,9 +12,10 @@ function s(tag, attrs, text) {
 }
 
 export class Chart {
-  // series: [[metricName, label], ...] drawn in that order
-  constructor(title, series) {
+  // series: [[metricName, label], ...] drawn in that order; unit: what the x axis counts ("step", "iteration")
+  constructor(title, series, unit = "step") {
     this.series = series;
+    this.unit = unit;
     this.svg = s("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
     this.legend = h("div", { class: "legend" });
     this.node = h("div", { class: "chart", "data-chart": title, "data-points": "0" }, h("h3", {}, title),
@@ -50,8 +51,8 @@ export class Chart {
     this.svg.append(
       s("text", { class: "label", x: x0 - 4, y: y1 + 8, "text-anchor": "end" }, number(ymax)),
       s("text", { class: "label", x: x0 - 4, y: y0, "text-anchor": "end" }, number(ymin)),
-      s("text", { class: "label", x: x0, y: H - 4 }, "step " + xmin),
-      s("text", { class: "label", x: x1, y: H - 4, "text-anchor": "end" }, "step " + xmax));
+      s("text", { class: "label", x: x0, y: H - 4 }, this.unit + " " + xmin),
+      s("text", { class: "label", x: x1, y: H - 4, "text-anchor": "end" }, this.unit + " " + xmax));
     for (const { label, i, xy } of lines) {
       if (!xy.length) continue;
       const coords = xy.map(([x, y]) => X(x).toFixed(1) + "," + Y(y).toFixed(1)).join(" ");

@@ -6,32 +6,36 @@ import { messageNode } from "./evals.js";
 
 const POLL_MS = 1000;
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+// [title, {job kind: its series}]: a job's page shows only the panels with series for its kind.
 const PANELS = [
-  ["Loss", [["train.loss", "train"], ["val.loss", "validation"], ["loss", "RL loss"]]],
-  ["Learning rate", [["learning_rate", "learning rate"]]],
-  ["RL reward", [["reward.mean", "mean reward"]]],
-  ["Eval return", [["eval.mean_return", "mean return"]]],
+  ["Loss", { sft: [["train.loss", "train"], ["val.loss", "validation"]], rl: [["loss", "RL loss"]] }],
+  ["Learning rate", { sft: [["learning_rate", "learning rate"]] }],
+  ["RL reward", { rl: [["reward.mean", "mean reward"]] }],
+  ["Eval return", { rl: [["eval.mean_return", "mean return"]] }],
 ];
 const METRICS_PAGE = 5000;
+const EVENTS_PAGE = 100; // the log opens on the newest page; "Show earlier events" reads the page before
 
 export function jobPage(root, jobId) {
   let base = null; // its events and metrics: /learning/jobs/<id> (SFT) or /rl/jobs/<id>, once its kind is known
   const facts = h("div", { class: "facts", id: "job-facts" });
-  const charts = PANELS.map(([title, series]) => new Chart(title, series));
+  const chartsNode = h("div", { class: "charts" });
+  let charts = null; // made once the job's kind is known
   const eventsBody = h("tbody", {});
+  const earlier = h("button", { id: "events-earlier", type: "button", hidden: true }, "Show earlier events");
   const checkpoints = h("div", { id: "checkpoints" }, h("p", { class: "muted" }, "None yet."));
   const chat = h("div", { id: "chat-area" }, h("p", { class: "muted" }, "Available when the job succeeds."));
   const error = h("div", {});
   replace(root, h("h1", {}, "Job ", h("span", { class: "mono" }, jobId)), error, facts,
-    h("h2", {}, "Metrics"), h("div", { class: "charts" }, charts.map((c) => c.node)),
+    h("h2", {}, "Metrics"), chartsNode,
     h("div", { class: "split" },
-      h("div", {}, h("h2", {}, "Events"), h("div", { class: "events" },
-        h("table", { id: "events" }, h("thead", {}, h("tr", {}, ["#", "Time", "Type", "Message"].map((t) =>
-          h("th", {}, t)))), eventsBody))),
+      h("div", {}, h("h2", {}, "Events ", h("span", { class: "muted" }, "(newest first)")),
+        h("div", { class: "events" }, h("table", { id: "events" }, h("thead", {}, h("tr", {},
+          ["#", "Time", "Type", "Message"].map((t) => h("th", {}, t)))), eventsBody), earlier)),
       h("div", {}, h("h2", {}, "Checkpoints"), checkpoints, h("h2", {}, "Result"), chat)));
 
   const points = new Map(); // name -> Map(step -> value)
-  let nextSeq = 0, maxStep = -1, finalSeen = false, chatModel = null, lastCheckpoints = "";
+  let newestSeq = null, oldestSeq = null, maxStep = -1, finalSeen = false, chatModel = null, lastCheckpoints = "";
 
   async function loadMetrics() {
     // Re-read from the last step seen: another metric of that same step may have been written since.
@@ -49,31 +53,61 @@ export function jobPage(root, jobId) {
     for (const chart of charts) chart.draw(points);
   }
 
+  // Newest first: new events go on top, earlier pages below.
+  function addOlder(doc) {
+    eventsBody.append(...doc.events.map(eventRow));
+    if (doc.events.length) oldestSeq = doc.events[doc.events.length - 1].seq;
+    earlier.hidden = !doc.has_more;
+  }
+
   async function loadEvents() {
+    if (newestSeq === null) {
+      const doc = await api(base + "/events?order=desc&limit=" + EVENTS_PAGE);
+      addOlder(doc);
+      newestSeq = doc.next_seq;
+      return;
+    }
     for (;;) {
-      const doc = await api(base + "/events?limit=500&since_seq=" + nextSeq);
-      for (const e of doc.events) {
-        eventsBody.append(h("tr", { class: "level-" + String(e.level).replace(/[^a-z]/g, "") },
-          h("td", {}, String(e.seq)), h("td", {}, when(e.created_at)), h("td", { class: "mono" }, e.type),
-          h("td", {}, e.message)));
-      }
-      nextSeq = doc.next_seq;
-      if (doc.events.length < 500) break;
+      const doc = await api(base + "/events?limit=500&since_seq=" + newestSeq);
+      for (const e of doc.events) eventsBody.prepend(eventRow(e));
+      newestSeq = doc.next_seq;
+      if (!doc.has_more) break;
     }
   }
+
+  earlier.addEventListener("click", async () => {
+    earlier.disabled = true;
+    try {
+      addOlder(await api(base + "/events?order=desc&limit=" + EVENTS_PAGE + "&before_seq=" + oldestSeq));
+    } catch (err) {
+      fail(error, err);
+    } finally {
+      earlier.disabled = false;
+    }
+  });
 
   async function loadCheckpoints() {
     const doc = await api("/dashboard/jobs/" + encodeURIComponent(jobId) + "/checkpoints");
     const shape = JSON.stringify(doc.checkpoints);
     if (shape === lastCheckpoints || !doc.checkpoints.length) return;
     lastCheckpoints = shape;
-    replace(checkpoints, table(["Step", "Saved", "On disk"], doc.checkpoints.map((c) => [
-      String(c.step), when(c.saved_at), c.on_disk ? "yes" : "pruned"])));
+    const unit = doc.unit === "iteration" ? "Iteration" : "Step";
+    const kept = doc.checkpoints.filter((c) => c.on_disk), pruned = doc.checkpoints.filter((c) => !c.on_disk);
+    replace(checkpoints,
+      kept.length ? table([unit, "Saved"], kept.map((c) => [String(c.step ?? ""), when(c.saved_at)]),
+        { id: "checkpoints-kept" }) : null,
+      pruned.length ? h("p", { class: "muted", id: "checkpoints-pruned" }, prunedLine(pruned, unit)) : null);
   }
 
   async function loadJob() {
     const job = await api("/dashboard/jobs/" + encodeURIComponent(jobId));
     base = (job.job_type === "rl" ? "/rl/jobs/" : "/learning/jobs/") + encodeURIComponent(jobId);
+    if (!charts) {
+      const unit = job.job_type === "rl" ? "iteration" : "step";
+      charts = PANELS.filter(([, byKind]) => byKind[job.job_type])
+        .map(([title, byKind]) => new Chart(title, byKind[job.job_type], unit));
+      replace(chartsNode, charts.map((c) => c.node));
+    }
     return job;
   }
 
@@ -97,6 +131,19 @@ export function jobPage(root, jobId) {
     }
   }, POLL_MS, (err) => fail(error, err));
   return stop;
+}
+
+function eventRow(e) {
+  return h("tr", { class: "level-" + String(e.level).replace(/[^a-z]/g, "") }, h("td", {}, String(e.seq)),
+    h("td", {}, when(e.created_at)), h("td", { class: "mono" }, e.type), h("td", {}, e.message));
+}
+
+// Pruned checkpoints in one line: "57 checkpoints pruned from disk (iterations 5–285)".
+function prunedLine(pruned, unit) {
+  const steps = pruned.map((c) => c.step).filter(Number.isFinite);
+  const range = steps.length ? " (" + unit.toLowerCase() + "s " + Math.min(...steps) + "–" + Math.max(...steps) + ")"
+    : "";
+  return pruned.length + (pruned.length === 1 ? " checkpoint" : " checkpoints") + " pruned from disk" + range;
 }
 
 function chatBox(model) {

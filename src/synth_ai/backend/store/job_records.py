@@ -74,9 +74,17 @@ class JobStore:
         return list(self.db.conn().execute("SELECT file_id, role FROM job_files WHERE job_id = ? ORDER BY role",
                                            (job_id,)))
 
-    def events(self, job_id: str, *, since_seq: int = 0, limit: int = 200) -> list[dict[str, Any]]:
-        rows = self.db.conn().execute(
-            "SELECT * FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?", (job_id, since_seq, limit))
+    def events(self, job_id: str, *, since_seq: int = 0, limit: int = 200, before_seq: int | None = None,
+               newest_first: bool = False) -> list[dict[str, Any]]:
+        """Events with `since_seq < seq < before_seq`: the oldest `limit` of them, or with `newest_first` the newest
+        `limit`, newest first (a page of a long log's end, and pages back from it)."""
+        sql = "SELECT * FROM events WHERE job_id = ? AND seq > ?"
+        args: list[Any] = [job_id, since_seq]
+        if before_seq is not None:
+            sql += " AND seq < ?"
+            args.append(before_seq)
+        sql += f" ORDER BY seq {'DESC' if newest_first else 'ASC'} LIMIT ?"
+        rows = self.db.conn().execute(sql, [*args, limit])
         return [
             {"seq": r["seq"], "type": r["type"], "level": r["level"], "message": r["message"],
              "data": loads(r["data"]) or {}, "created_at": r["created_at"], "job_id": r["job_id"]}

@@ -28,6 +28,13 @@ class TrainingCancelled(Exception):
         self.checkpoint = checkpoint
 
 
+def stop_reason(should_stop: Any) -> str:
+    """Why `should_stop()` answered True, worded to follow "because": the job worker's stop signal can say (a
+    cancel, the backend gone or shutting down, see `backend.jobs.worker.StopSignal.why`); a plain callable cannot."""
+    why = getattr(should_stop, "why", None)
+    return str(why()) if callable(why) else "its caller asked it to stop"
+
+
 def first_set(*values: Any) -> Any:
     """The first value that is set (None and "" are unset; 0 and False are values)."""
     return next((v for v in values if v is not None and v != ""), None)

@@ -122,7 +122,8 @@ def job(request: Request, job_id: str) -> dict[str, Any]:
 
 @router.get("/dashboard/jobs/{job_id}/checkpoints")
 def checkpoints(request: Request, job_id: str) -> dict[str, Any]:
-    """Checkpoints the job reported (from its events) and whether each is still on disk (older ones are pruned)."""
+    """Checkpoints the job reported (from its events) and whether each is still on disk (older ones are pruned).
+    `step` is the SFT step or the RL iteration the checkpoint was saved after, as `unit` says."""
     backend = get_backend(request)
     row = load_job(backend, job_id, None)
     rows = backend.db.conn().execute(
@@ -132,9 +133,10 @@ def checkpoints(request: Request, job_id: str) -> dict[str, Any]:
     for event in rows:
         data = loads(event["data"]) or {}
         path = str(data.get("path") or "")
-        found.append({"step": data.get("step"), "saved_at": event["created_at"],
+        found.append({"step": data.get("step", data.get("iteration")), "saved_at": event["created_at"],
                       "on_disk": bool(path) and Path(path).is_dir()})
-    return {"job_id": job_id, "checkpoints": found, "fine_tuned_model": row["fine_tuned_model"]}
+    return {"job_id": job_id, "checkpoints": found, "unit": "iteration" if row["kind"] == "rl" else "step",
+            "fine_tuned_model": row["fine_tuned_model"]}
 
 
 @router.get("/dashboard/evals")

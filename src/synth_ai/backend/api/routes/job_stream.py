@@ -120,8 +120,9 @@ async def job_frames(backend: Backend, job_id: str, cursor: Cursor, heartbeat_s:
                 yield ": keep-alive\n\n"
 
 
-def add_stream_route(router: APIRouter, prefix: str, kind: str, load_job: Callable[[Backend, str, str], Any]) -> None:
-    """`load_job(backend, job_id, kind)` answers 404 for a job of another kind (the caller's lookup)."""
+def add_stream_route(router: APIRouter, prefix: str, kind: str | None,
+                     load_job: Callable[[Backend, str, str | None], Any]) -> None:
+    """`load_job(backend, job_id, kind)` answers 404 for a job of another kind (the caller's lookup; None: any)."""
 
     @router.get(f"{prefix}/{{job_id}}/events/stream")
     def stream_job(request: Request, job_id: str, since_seq: int = Query(0, ge=0, le=MAX_INTEGER),

@@ -177,9 +177,9 @@ def cancel_job(backend: Backend, job_id: str, kind: str) -> dict[str, Any]:
     return job_doc(backend, backend.jobs.get(job_id))
 
 
-def add_job_routes(router: APIRouter, prefix: str, kind: str) -> None:
+def add_job_routes(router: APIRouter, prefix: str, kind: str | None) -> None:
     """GET {prefix}/{id}, /status, /events, /events/stream, /metrics, /timeline, /config and POST /start,
-    /cancel."""
+    /cancel, for jobs of `kind` (None: any kind; a job of another kind is a 404)."""
     add_stream_route(router, prefix, kind, load_job)
 
     @router.get(f"{prefix}/{{job_id}}")
@@ -200,12 +200,18 @@ def add_job_routes(router: APIRouter, prefix: str, kind: str) -> None:
 
     @router.get(f"{prefix}/{{job_id}}/events")
     def get_events(request: Request, job_id: str, since_seq: int = Query(0, ge=0, le=MAX_INTEGER),
-                   limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
+                   limit: int = Query(200, ge=1, le=1000),
+                   before_seq: int | None = Query(None, ge=1, le=MAX_INTEGER),
+                   order: str = Query("asc", pattern="^(asc|desc)$")) -> dict[str, Any]:
+        """Oldest first from `since_seq` (what 0.2.17 asks); `order=desc` gives the newest page first and
+        `before_seq` pages back from it. `has_more`: more events match than this page holds."""
         backend = get_backend(request)
         load_job(backend, job_id, kind)
-        events = backend.jobs.events(job_id, since_seq=since_seq, limit=limit)
-        return {"job_id": job_id, "events": events,
-                "next_seq": events[-1]["seq"] if events else since_seq}
+        events = backend.jobs.events(job_id, since_seq=since_seq, limit=limit + 1, before_seq=before_seq,
+                                     newest_first=order == "desc")
+        page = events[:limit]
+        return {"job_id": job_id, "events": page, "next_seq": max((e["seq"] for e in page), default=since_seq),
+                "has_more": len(events) > limit}
 
     @router.get(f"{prefix}/{{job_id}}/metrics")
     def get_metrics(request: Request, job_id: str, after_step: int = Query(-1, ge=-1, le=MAX_INTEGER),

@@ -1,4 +1,7 @@
-"""`/api/learning/jobs` (SFT) and `/api/learning/models`."""
+"""`/api/learning/jobs` (SFT create; every job's reads and controls) and `/api/learning/models`.
+
+`/learning/jobs/{id}` and its sub-routes serve a job of any kind, RL included, as the hosted API's status fallback
+does (synth-ai 0.2.17 reads an RL job there when `/rl/jobs/{id}` fails); `/rl/jobs/{id}` serves RL jobs only."""
 
 from __future__ import annotations
 
@@ -102,7 +105,7 @@ def list_sft_jobs(request: Request, status: str | None = None, type: str | None 
     return list_jobs_doc(get_backend(request), kind=None, status=status, type_=type, limit=limit, offset=offset)
 
 
-add_job_routes(router, "/learning/jobs", SFT.name)
+add_job_routes(router, "/learning/jobs", None)  # any kind: see the module docstring
 
 
 # Models -----------------------------------------------------------------------------------------------------------

@@ -6,8 +6,10 @@ policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the re
 `checkpoint_interval`. The `/rollout` calls run in a child process (`rl.rollout_process`). While an iteration
 updates, the next one's rollouts are already sent to the task app against a held engine (`rl.prefetch`: the task
 app's own work overlaps the update; nothing is sampled before the weights are in place). Events: `rl.train.started`,
-`rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`, `rl.images.dropped`, `rl.eval.summary`,
-`rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the job's terminal events belong to the worker.
+`rl.train.resumed`, `rl.train.step`, `rl.rollouts.failed`, `rl.taskapp.waiting`, `rl.taskapp.back`,
+`rl.images.dropped`, `rl.eval.summary`, `rl.checkpoint.saved`, `rl.train.stopped`, `rl.train.completed`; the job's
+terminal events belong to the worker. A task app that cannot be reached is waited for, within a window, and the
+iteration goes on when it is back (`rl.taskapp_wait`).
 Under torchrun every rank runs this loop on its share of the groups (`rl.data_parallel`); rank 0 alone reports,
 checkpoints and saves the final model.
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from synth_ai.backend.trainers import distributed
-from synth_ai.backend.trainers.common import SilentReporter, TrainingCancelled
+from synth_ai.backend.trainers.common import SilentReporter, TrainingCancelled, stop_reason
 from synth_ai.backend.trainers.rl.data_parallel import from_main, place_rank, run_rollouts
 from synth_ai.backend.trainers.rl.iteration_report import (
     iteration_record,
@@ -39,6 +41,7 @@ from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_confi
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_settings
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
+from synth_ai.backend.trainers.rl.taskapp_wait import TaskAppWait
 from synth_ai.backend.trainers.rl.types import Rollout
 
 MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
@@ -90,6 +93,8 @@ def _start(spec: dict[str, Any], settings: RLSettings, dp: Any, devices: Any, wo
 
     trainer = GSPOTrainer(settings, model_store, workdir)
     state = trainer.resume(reporter)
+    wait = TaskAppWait(settings, dp, reporter, should_stop)
+    wait.before_start(int(state.get("iteration", 0)))  # a resumed job whose app is not back yet waits for it
     # the built-in engine, or vLLM on GPUs (engine_choice)
     engine = build_rollout_engine(settings, trainer, spec, reporter, ranks=dp.world)
     data_dir = getattr(model_store, "data_dir", None)
@@ -97,7 +102,7 @@ def _start(spec: dict[str, Any], settings: RLSettings, dp: Any, devices: Any, wo
     runner = make_runner(settings, engine, api_key, should_stop)
     judge = Judge(require_judge_key(spec_config(spec)), task_rubrics=task_app_rubrics(settings.task_url, api_key)) \
         if settings.judge is not None and dp.main else None  # rank 0 judges every rollout
-    run = GSPORun(settings, dp, reporter, trainer, engine, runner, judge, state, should_stop)
+    run = GSPORun(settings, dp, reporter, trainer, engine, runner, judge, state, should_stop, wait)
     report_started(reporter, settings, trainer, runner, judge, dp, devices, run.start)
     return run
 
@@ -112,14 +117,16 @@ class _Collected:
 
 class GSPORun:
     """The iterations of one RL job, and what they carry from one to the next: the history, the last evaluation,
-    the next iteration's prefetched rollouts, the last update's duration and the count of wholly failed
-    iterations."""
+    the next iteration's prefetched rollouts, the last update's duration, the count of wholly failed
+    iterations and the task app's outage, if any."""
 
     def __init__(self, settings: RLSettings, dp: Any, reporter: Any, trainer: GSPOTrainer, engine: Any,
-                 runner: Any, judge: Judge | None, state: dict[str, Any], should_stop: Callable[[], bool]) -> None:
+                 runner: Any, judge: Judge | None, state: dict[str, Any], should_stop: Callable[[], bool],
+                 wait: TaskAppWait) -> None:
         self.settings, self.dp, self.reporter = settings, dp, reporter
         self.trainer, self.engine, self.runner, self.judge = trainer, engine, runner, judge
         self.should_stop = should_stop
+        self.wait = wait
         self.history: list[dict[str, Any]] = state.get("history", [])
         self.start = int(state.get("iteration", 0))
         self.last_eval: float | None = state.get("last_eval")
@@ -137,7 +144,8 @@ class GSPORun:
                 self.current = it
                 self._iteration(it)
             if settings.eval_every:
-                self.last_eval = _evaluate(self.runner, settings, self.reporter, settings.iterations, self.dp)
+                self.last_eval = _evaluate(self.runner, settings, self.reporter, settings.iterations, self.dp,
+                                           self.wait)
                 write_metrics(self.reporter, [("eval.mean_return", settings.iterations, self.last_eval, "eval")])
         except RolloutsStopped:
             self._stop(self.current)
@@ -154,7 +162,7 @@ class GSPORun:
             self._stop(it)
         evaluated = None
         if settings.eval_every and it % settings.eval_every == 0:
-            self.last_eval = evaluated = _evaluate(self.runner, settings, self.reporter, it, self.dp)
+            self.last_eval = evaluated = _evaluate(self.runner, settings, self.reporter, it, self.dp, self.wait)
         collected = self._collect_rollouts(it)
         rollouts = collected.rollouts
         report_dropped_images(self.reporter, self.engine, settings, it, self.dp)
@@ -168,19 +176,23 @@ class GSPORun:
         self._update(it, collected, evaluated)
 
     def _collect_rollouts(self, it: int) -> _Collected:
-        """This iteration's rollouts: the prefetched ones, else sent now."""
+        """This iteration's rollouts: the prefetched ones, else sent now; those that could not reach the task app
+        sent again once it is back."""
         started = time.perf_counter()
         prefetched = self.prefetched
         overlapped_s = prefetched.overlapped_s if prefetched is not None else 0.0
+        jobs = iteration_jobs(self.settings, it)
         if prefetched is not None:
             rollouts, self.prefetched = prefetched.result(), None
         else:
-            rollouts = run_rollouts(self.runner, iteration_jobs(self.settings, it), self.dp, mode="rl")
+            rollouts = run_rollouts(self.runner, jobs, self.dp, mode="rl")
+        rollouts = self.wait.settle(self.runner, jobs, rollouts, it=it, mode="rl")
         return _Collected(rollouts, time.perf_counter() - started, prefetched is not None, overlapped_s)
 
     def _skip_failed_iteration(self, it: int, failed: list[Rollout], total: int, evaluated: float | None) -> None:
         """No update, but the step's counts still go on the metric series (the curve shows the hole); the job
-        fails when the task app is unreachable or after MAX_FAILED_ITERATIONS such iterations in a row."""
+        fails when they timed out or could not reach the app (only left here with the wait off: `rl.taskapp_wait`),
+        or after MAX_FAILED_ITERATIONS such iterations in a row."""
         write_metrics(self.reporter, [("rollouts.errors", it, len(failed), "train"),
                                       ("rollouts.total", it, total, "train"),
                                       ("eval.mean_return", it, evaluated, "eval")])
@@ -223,9 +235,11 @@ class GSPORun:
 
     def _stop(self, it: int) -> None:
         path = self.trainer.checkpoint(it, self.history, self.last_eval) if it > self.start else None
+        why = stop_reason(self.should_stop)
         self.reporter.event("rl.train.stopped",
-                            f"Stopped before iteration {it} as asked; rollouts in flight were cancelled.",
-                            {"iteration": it, "checkpoint": str(path) if path else None}, level="warning")
+                            f"Stopped before iteration {it} because {why}; rollouts in flight were cancelled.",
+                            {"iteration": it, "checkpoint": str(path) if path else None, "reason": why},
+                            level="warning")
         raise TrainingCancelled(it, path)
 
     def finish(self) -> dict[str, Any]:
@@ -243,9 +257,10 @@ class GSPORun:
         return {"fine_tuned_model": fine_tuned, "mode": settings.mode, **summary}
 
 
-def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int, dp: Any) -> float | None:
+def _evaluate(runner: Any, settings: RLSettings, reporter: Any, it: int, dp: Any, wait: TaskAppWait) -> float | None:
     jobs = [(seed, 0, f"{settings.job_id}-eval{it}-s{seed}") for seed in settings.eval_seeds]
     results = run_rollouts(runner, jobs, dp, mode="eval", extra_policy=settings.eval_policy_config)
+    results = wait.settle(runner, jobs, results, it=it, mode="eval", extra_policy=settings.eval_policy_config)
     ok = [r.reward for r in results if r.ok]
     mean = sum(ok) / len(ok) if ok else None
     reporter.event("rl.eval.summary",

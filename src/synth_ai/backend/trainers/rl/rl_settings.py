@@ -16,6 +16,7 @@ from synth_ai.config.common import LoraSection
 from synth_ai.config.job_parts import check_part, given, lenient
 from synth_ai.config.rl_schema import RLConfig, RolloutSection, TrainingSection
 from synth_ai.errors import InvalidInputError
+from synth_ai.taskapp.reachability import DEFAULT_WAIT_S
 
 DEFAULT_EPSILON_LOW = 3e-4  # GSPO paper's sequence-level clip range
 DEFAULT_EPSILON_HIGH = 4e-4
@@ -47,6 +48,7 @@ class RLSettings:
     checkpoint_interval: int = 5
     rollout_timeout_s: float = 300.0
     rollout_retries: int = 2
+    task_app_wait_s: float = DEFAULT_WAIT_S  # waiting out an unreachable task app (rl.taskapp_wait)
     env_name: str | None = None
     policy_name: str | None = None
     env_config: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +118,7 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
         max_grad_norm=first_set(training.max_grad_norm, 1.0), weight_decay=first_set(training.weight_decay, 0.0),
         seed=first_set(training.seed, 0), checkpoint_interval=training.checkpoint_interval or 5,
         rollout_timeout_s=training.rollout_timeout_s or 300.0, rollout_retries=first_set(training.rollout_retries, 2),
+        task_app_wait_s=first_set(training.task_app_wait_s, DEFAULT_WAIT_S),
         env_name=rollout.env_name, policy_name=rollout.policy_name, env_config=dict(rollout.env_config or {}),
         policy_config=policy_config, ops=list(rollout.ops or []), temperature=policy_config["temperature"],
         max_images_per_step=_image_limit(rollout.max_images_per_step, model_id.strip()),

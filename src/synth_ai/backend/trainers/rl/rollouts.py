@@ -5,7 +5,8 @@ Each rollout gets its own correlation id; the policy URL handed to the task app 
 chat-completions URL with `?cid=<id>`, so every LLM call of the episode is recorded under it. A rollout that cannot
 reach the app, times out, or gets a 5xx is retried (a fresh cid each attempt, the failed attempt's calls dropped);
 a 4xx or an answer that is not a rollout response is not retried. A rollout that still fails is excluded from
-training and counted, never scored 0.
+training and counted, never scored 0; one that could not reach the app (`error_kind` "unreachable", the rule of
+`synth_ai.taskapp.reachability`) is run again by the loop once the app is back (`rl.taskapp_wait`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,17 @@ from typing import Any
 from synth_ai.backend.trainers.rl.advantages import InvalidRollout, read_rewards
 from synth_ai.backend.trainers.rl.policy_exposure import policy_url
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings
-from synth_ai.backend.trainers.rl.task_client import TaskAppClient, TaskAppTimeout, TaskAppUnreachable
+from synth_ai.backend.trainers.rl.task_client import (
+    TaskAppClient,
+    TaskAppRequestFailed,
+    TaskAppTimeout,
+    TaskAppUnreachable,
+)
 from synth_ai.backend.trainers.rl.types import Rollout
 from synth_ai.env.secrets import redact
 from synth_ai.errors import InvalidInputError
 from synth_ai.taskapp.inference import with_cid
+from synth_ai.taskapp.reachability import unreachable_answer
 
 RETRY_DELAYS_S = (0.5, 2.0, 5.0)
 STOP_POLL_S = 0.25
@@ -158,6 +165,10 @@ class RolloutRunner:
                     result.error, result.error_kind, retry = (
                         f"could not reach the task app at {self.settings.task_url}: "
                         f"{redact(str(exc)) or 'no detail'}", "unreachable", True)
+                except TaskAppRequestFailed as exc:
+                    response = None
+                    result.error, result.error_kind, retry = (
+                        f"/rollout failed: {redact(str(exc)) or 'no detail'}", "transport", True)
             if response is not None:
                 result.error, result.error_kind, retry = self._read(result, response, attempt_cid)
             self._settle(result, attempt_cid)
@@ -175,6 +186,9 @@ class RolloutRunner:
         attach_calls(result, self.engine.take_calls(cid))
 
     def _read(self, result: Rollout, response: Any, cid: str) -> tuple[str | None, str | None, bool]:
+        gateway = unreachable_answer(response.status_code, response.text)
+        if gateway is not None:  # a proxy answered for an app that is not there
+            return (f"could not reach the task app at {self.settings.task_url}: {gateway}", "unreachable", True)
         if response.status_code >= 500 or response.status_code == 429:
             return (f"/rollout answered HTTP {response.status_code}: {redact(response.text[:300])}", "http", True)
         if _is_auth_refusal(response):  # its body may list key fragments: not repeated in events

@@ -1,7 +1,8 @@
 """POSTing rollouts to the task app from the trainer's event loop.
 
 `TaskAppClient(base_url, headers, concurrency=..)` offers `await post_json(path, body, timeout_s)`, which returns an
-answer (`status_code`, `text`, `json()`) or raises `TaskAppTimeout` / `TaskAppUnreachable` (the message says why).
+answer (`status_code`, `text`, `json()`) or raises `TaskAppTimeout` (no answer in time), `TaskAppUnreachable` (nothing
+took the request: `synth_ai.taskapp.reachability`) or `TaskAppRequestFailed` (the message says why).
 A task app on this machine (plain http on a loopback host, the usual local RL setup) is called through
 `synth_ai.loopback_http` (stdlib keep-alive connections: about 0.3 ms of CPU per request against httpx's 5 ms,
 which the trainer's process would otherwise spend per rollout); any other URL through httpx.
@@ -13,6 +14,7 @@ import json
 from typing import Any
 
 from synth_ai import loopback_http
+from synth_ai.taskapp.reachability import unreachable_error
 from synth_ai.urls import join_url
 
 CONNECT_TIMEOUT_S = 10.0
@@ -23,7 +25,11 @@ class TaskAppTimeout(Exception):
 
 
 class TaskAppUnreachable(Exception):
-    pass
+    """Nothing took the request (`synth_ai.taskapp.reachability.unreachable_error`)."""
+
+
+class TaskAppRequestFailed(Exception):
+    """The request failed in some other way (a protocol or decoding error)."""
 
 
 class TaskAppClient:
@@ -55,10 +61,13 @@ class TaskAppClient:
         try:
             return await self._httpx.post(join_url(self.base_url, path), content=data,
                                           timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
-        except httpx.TimeoutException as exc:
-            raise TaskAppTimeout(str(exc)) from exc
         except httpx.HTTPError as exc:
-            raise TaskAppUnreachable(f"{type(exc).__name__}: {exc}") from exc
+            outage = unreachable_error(exc)
+            if outage is not None:
+                raise TaskAppUnreachable(outage) from exc
+            if isinstance(exc, httpx.TimeoutException):
+                raise TaskAppTimeout(str(exc)) from exc
+            raise TaskAppRequestFailed(f"{type(exc).__name__}: {exc}") from exc
 
     @property
     def reusable(self) -> bool:

@@ -1,4 +1,4 @@
-"""The optimizer steps of an SFT run, with what happens between them: a stop asked for (checkpoint, then
+"""The optimizer steps of an SFT run, with what happens between them: a stop, with its reason (checkpoint, then
 `TrainingCancelled`), per-step metrics, progress events, validation every `eval_steps` and checkpoints every
 `save_steps` (or after 10 minutes without one).
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from synth_ai.backend.trainers.sft.run_checkpoints import save_checkpoint
 from synth_ai.backend.trainers.sft.run_state import SFTRun
+from synth_ai.backend.trainers.common import stop_reason
 from synth_ai.backend.trainers.sft.sft_settings import TrainingCancelled
 from synth_ai.backend.trainers.sft.validation import validate
 
@@ -28,7 +29,7 @@ def train_steps(run: SFTRun, should_stop: Callable[[], bool]) -> tuple[int, floa
     last_save = last_progress = time.monotonic()
     for step in range(progress.start_step, plan.total_steps):
         if run.dp.any(should_stop()):
-            _stop(run, step)
+            _stop(run, step, stop_reason(should_stop))
         t0 = time.perf_counter()
         lr = run.model.scheduler.get_last_lr()[0]
         value, batches = _optimizer_step(run, step)
@@ -97,10 +98,10 @@ def _report_progress(run: SFTRun, done: int, value: float, lr: float, trained_to
                         "elapsed_s": round(spent, 2), "eta_s": round((total_steps - done) / max(rate, 1e-9), 1)})
 
 
-def _stop(run: SFTRun, step: int) -> None:
-    """Stop between steps as asked: a checkpoint of the steps this process ran (else the one it resumed from)."""
+def _stop(run: SFTRun, step: int, why: str) -> None:
+    """Stop between steps, saying why: a checkpoint of the steps this process ran (else the one it resumed from)."""
     progress = run.progress
     saved_at = save_checkpoint(run, step) if step > progress.start_step else progress.resumed_from
-    run.reporter.event("sft.training.stopped", f"Stopped at step {step} of {run.plan.total_steps} as asked.",
-                       {"step": step, "checkpoint": str(saved_at) if saved_at else None})
+    run.reporter.event("sft.training.stopped", f"Stopped at step {step} of {run.plan.total_steps} because {why}.",
+                       {"step": step, "checkpoint": str(saved_at) if saved_at else None, "reason": why})
     raise TrainingCancelled(step, saved_at)
