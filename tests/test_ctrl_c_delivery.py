@@ -14,8 +14,8 @@ import pytest
 
 _CHILD = """
 import sys, time
-print("ready", flush=True)
-try:
+try:  # "ready" inside the try: a SIGINT right after it must land here too
+    print("ready", flush=True)
     time.sleep(60)
 except KeyboardInterrupt:
     sys.exit(42)
