@@ -76,7 +76,7 @@ def build_mid_text(target: Path, recipe: MidRecipe = DEFAULT_MID_RECIPE,
     """Build `synth-ai/random-qwen3-34m` into `target` (an empty or missing folder). Returns build stats."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from synth_ai.backend.ml.tiny import deterministic_torch, generation_config_for, write_card
+    from synth_ai.backend.ml.tiny import deterministic_torch, generation_config_for, special_token_ids, write_card
 
     log = log or (lambda _msg: None)
     started = time.perf_counter()
@@ -87,9 +87,7 @@ def build_mid_text(target: Path, recipe: MidRecipe = DEFAULT_MID_RECIPE,
             vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size, intermediate_size=recipe.intermediate_size,
             num_hidden_layers=recipe.layers, num_attention_heads=recipe.heads, num_key_value_heads=recipe.kv_heads,
             head_dim=recipe.head_dim, max_position_embeddings=4096, tie_word_embeddings=True,
-            bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-            eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-            pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+            **special_token_ids(tokenizer),
         )
         model = Qwen3ForCausalLM(config).eval()
     target.mkdir(parents=True, exist_ok=True)

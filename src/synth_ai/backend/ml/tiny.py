@@ -153,11 +153,15 @@ def _text_config(recipe: TinyRecipe, tokenizer: Any) -> dict[str, Any]:
     return dict(
         vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size, intermediate_size=recipe.intermediate_size,
         num_hidden_layers=recipe.layers, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        max_position_embeddings=4096, tie_word_embeddings=True,
-        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        max_position_embeddings=4096, tie_word_embeddings=True, **special_token_ids(tokenizer),
     )
+
+
+def special_token_ids(tokenizer: Any) -> dict[str, int]:
+    """A locally built Qwen3's bos/eos/pad ids, as Qwen's own configs set them: `<|im_end|>` ends a turn and
+    `<|endoftext|>` is both start and padding."""
+    eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    return {"bos_token_id": eot, "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"), "pad_token_id": eot}
 
 
 def generation_config_for(tokenizer: Any) -> Any:
