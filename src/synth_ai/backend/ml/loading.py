@@ -156,6 +156,17 @@ def core_parts(model: Any) -> tuple[Any, Any]:
     return inner.model, inner.lm_head
 
 
+def with_cache(module: Any, cache: Any) -> dict[str, Any]:
+    """The keyword a `transformers` forward takes its KV cache by: `past_key_values`, or `cache` in the releases
+    that renamed it. A name the forward does not list would land in its **kwargs and be ignored: the forward
+    would run without the cache and silently compute other numbers."""
+    import inspect
+
+    forward = getattr(type(module), "forward", None)
+    names = inspect.signature(forward).parameters if forward is not None else {}
+    return {"cache" if "cache" in names and "past_key_values" not in names else "past_key_values": cache}
+
+
 def special_token_id(tokenizer: Any, token: str) -> int | None:
     token_id = tokenizer.convert_tokens_to_ids(token)
     unk = getattr(tokenizer, "unk_token_id", None)
