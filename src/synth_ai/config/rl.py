@@ -172,8 +172,29 @@ def _check_topology(findings: Findings, data: dict[str, Any]) -> None:
                                  topology["gpus_for_vllm"], fix="give vLLM a multiple of tensor_parallel GPUs")
 
 
+def async_conflict(training: dict[str, Any]) -> tuple[tuple[str, ...], str, Any, str] | None:
+    """(key path, what is wrong, found, fix) when `[training]` asks for asynchronous GSPO (`max_staleness` > 0)
+    with a setting it cannot honour: the rollout engine must get the weights after every optimiser step, so
+    `weight_sync_interval` (or `[training.weight_sync].interval`) must be 1. None when it can run."""
+    staleness = training.get("max_staleness")
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness <= 0:
+        return None
+    sync = training.get("weight_sync") if isinstance(training.get("weight_sync"), dict) else {}
+    for path, value in ((("training", "weight_sync_interval"), training.get("weight_sync_interval")),
+                        (("training", "weight_sync", "interval"), sync.get("interval"))):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            return (path, f"max_staleness = {staleness} (asynchronous GSPO) publishes the weights after every "
+                          "optimiser step, so the weight sync interval must be 1", value,
+                    "set it to 1, or set [training].max_staleness = 0 for the synchronous loop")
+    return None
+
+
 def _check_training(findings: Findings, data: dict[str, Any]) -> None:
     training = table(data, "training")
+    conflict = async_conflict(training)
+    if conflict is not None:
+        path, message, found, fix = conflict
+        findings.error_found(path, message, found, fix=fix)
     sync = table(training, "weight_sync")
     if not sync:
         return

@@ -123,6 +123,9 @@ class TrainingSection(BaseModel):
     rollout_timeout_s: PositiveFloat | None = None
     rollout_retries: NonNegativeInt | None = None
     task_app_wait_s: NonNegativeFloat | None = None  # how long to wait for an unreachable task app; 0: not at all
+    # asynchronous GSPO (docs/rl.md, "Asynchronous GSPO"): 0 is the synchronous loop
+    max_staleness: NonNegativeInt | None = None
+    importance_sampling_cap: PositiveFloat | None = None
 
 
 class EvaluationSection(BaseModel):

@@ -28,6 +28,7 @@ from typing import Any
 
 from synth_ai.backend.inference.generation import Row, draw
 from synth_ai.backend.inference.lean_forward import KVCache, lean_decoder
+from synth_ai.backend.ml.loading import with_cache
 
 
 @dataclass(eq=False)
@@ -123,7 +124,8 @@ class RunningBatch:
         with torch.inference_mode():
             if lean is not None and isinstance(cache, KVCache):
                 return lean.last_logits(ids, mask, positions, cache)
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                        **with_cache(model, cache),
                         logits_to_keep=1)
         return out.logits[:, -1, :]
 
@@ -144,9 +146,11 @@ class RunningBatch:
         picked, logp = draw(scores, temperature=[live.row.temperature for live in rows],
                             top_k=[live.row.top_k for live in rows], top_p=[live.row.top_p for live in rows],
                             uniforms=uniforms)
+        version = self.loaded.policy_version  # weights swap between steps (policy_server.publish), never within
         for i, (live, token, lp) in enumerate(zip(rows, picked.tolist(), logp.tolist())):
             live.row.tokens.append(token)
             live.row.logprobs.append(lp)
+            live.row.versions.append(version)
             live.row.forced.append(i in forced)
             self._count_think(live, token)
         return picked

@@ -52,6 +52,7 @@ class LoadedModel:
     device: str = "cpu"
     loaded_at: float = field(default_factory=time.time)
     prompts: PromptCache = field(default_factory=PromptCache)  # rendered text prompts (`prompt_cache`)
+    policy_version: int = 0  # RL: the trainer's optimiser steps these weights hold; every sampled token is tagged
 
 
 def describe_model(model_id: str, path: Path, model: Any, tokenizer: Any, *, vision: bool, processor: Any = None,

@@ -44,6 +44,7 @@ class Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     forced: list[bool] = field(default_factory=list)  # per token: forced (thinking budget), not sampled
+    versions: list[int] = field(default_factory=list)  # per token: the weights' policy_version that sampled it
 
 
 def encode(loaded: Any, params: dict[str, Any], messages: list[dict[str, Any]], images: list[Any]) -> Encoded:
@@ -133,6 +134,7 @@ def generate(loaded: Any, encoded: list[Encoded], rows: list[Row]) -> None:
         cut = next((i + 1 for i, t in enumerate(tokens) if t in loaded.eos_ids), len(tokens))
         row.tokens, row.logprobs = tokens[:cut], logprobs[index][:cut]
         row.forced = [index in step for step in budget.forced][:cut] if budget else [False] * len(row.tokens)
+        row.versions = [loaded.policy_version] * len(row.tokens)  # one generate call: one set of weights
 
 
 def cut_at_stop(tokenizer: Any, tokens: list[int], stops: list[str]) -> tuple[list[int], bool]:

@@ -8,6 +8,15 @@ latest weights the ones task apps see. A faster engine (vLLM) implements the sam
 does not change. Both engines here also offer `hold()` / `release()`: calls are taken and queued but nothing is
 sampled in between (the RL loop's rollout prefetch, `trainers/rl/prefetch.py`).
 
+Asynchronous GSPO (`[training].max_staleness` > 0) needs a `VersionedRolloutEngine`: `publish(version)` after every
+optimiser step makes the trainer's weights the served ones and tags every token sampled from then on with
+`version` (`SampledTokens.versions`, per token). `LocalPolicyServer.publish` calls `sync_weights()` and then moves
+the version, so a subclass that overrides only `sync_weights()` (the vLLM engine) is a versioned engine as it is:
+its tokens are tagged with the version current when their call arrived (older, never newer, than the weights that
+sampled them: a staleness bound checked on them holds). The built-in engine tags each token as it is drawn: a
+publish copies the weights between two decoding steps, so rows already decoding go on under the new weights (their
+KV cache from the old ones) and no row is stopped; a row's tokens may then carry two versions.
+
 `LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process
 (stdlib threads, one per connection, with `lean_http`'s request parsing),
 answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat
@@ -67,6 +76,12 @@ class RolloutEngine(Protocol):
     def take_calls(self, cid: str) -> list[RecordedCall]: ...
 
 
+class VersionedRolloutEngine(RolloutEngine, Protocol):
+    version: int  # the policy version being served (the trainer's optimiser steps)
+
+    def publish(self, version: int) -> None: ...  # sync_weights(), then tag new tokens with `version`
+
+
 class _NoStore:
     """The policy server serves one pinned model; nothing is resolved from disk."""
 
@@ -100,6 +115,13 @@ class LocalPolicyServer:
         # set before start() when the server is reached through a public tunnel (trainers/rl/policy_exposure.py)
         self.bind_host = "127.0.0.1"
         self.path_token: str | None = None
+        self.version = 0  # VersionedRolloutEngine
+
+    def publish(self, version: int) -> None:
+        """The trainer's weights after `version` optimiser steps become the served ones (see the module doc)."""
+        self.sync_weights()  # what an engine overrides; the version moves only once its weights are in place
+        self.served.policy_version = version
+        self.version = version
 
     # RolloutEngine ------------------------------------------------------------------------------------------
     def start(self) -> str:
@@ -160,6 +182,7 @@ class LocalPolicyServer:
             key = cid.removeprefix(self.cid_prefix) if cid else f"anonymous-{self.requests}"
             request["seed"] = _derived_seed(self.seed, key, index)
         self.requests += 1
+        version = self.version  # an engine that does not tag tokens itself: the version when the call arrived
         try:
             completion, samples = self.engine.chat_completion_with_tokens(request)
         except BaseException:
@@ -169,6 +192,9 @@ class LocalPolicyServer:
                         self._calls[cid].remove(slot)
             raise
         if record:
+            for sample in samples:
+                if len(sample.versions) != len(sample.completion_ids):
+                    sample.versions = [version] * len(sample.completion_ids)
             slot.samples = samples
         completion["model"] = body.get("model") or self.model_id
         return completion

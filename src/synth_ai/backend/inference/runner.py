@@ -34,6 +34,7 @@ class SampledTokens:
     images: int = 0
     finish_reason: str = "stop"
     forced: list[bool] = field(default_factory=list)  # per completion token: forced, not sampled (not trained)
+    versions: list[int] = field(default_factory=list)  # per completion token: the policy version that sampled it
 
 
 class BatchRunner:
@@ -128,7 +129,7 @@ def completion(job: Job, encoded: generation.Encoded, rows: list[generation.Row]
         if job.record:
             sampled.append(SampledTokens(
                 prompt_ids=list(encoded.prompt_ids), completion_ids=row.tokens[:kept], logprobs=row.logprobs[:kept],
-                forced=row.forced[:kept],
+                forced=row.forced[:kept], versions=row.versions[:kept],
                 temperature=params["temperature"],
                 vision_inputs={k: v.detach().cpu() for k, v in encoded.inputs.items()
                                if k in ("pixel_values", "image_grid_thw")},

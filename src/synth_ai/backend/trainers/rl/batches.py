@@ -46,7 +46,7 @@ def collate(samples: list[Sample], pad_id: int, device: str, *, share_prompts: b
     width = max(s.length for s in samples)
     completion = max(len(s.completion_ids) for s in samples)
     # built as Python lists and converted once (a tensor per row and field costs more than the rest together)
-    ids, attention, targets, positions, old, mask = [], [], [], [], [], []
+    ids, attention, targets, positions, old, sampler, mask = [], [], [], [], [], [], []
     for s in samples:
         n, rest = len(s.completion_ids), completion - len(s.completion_ids)
         if shared is None:  # the full rows (the shared layout has its own)
@@ -57,11 +57,14 @@ def collate(samples: list[Sample], pad_id: int, device: str, *, share_prompts: b
             positions.append(list(range(start, start + n)) + [0] * rest)
         targets.append(list(s.completion_ids) + [0] * rest)
         old.append(list(s.old_logprobs[:n]) + [0.0] * (completion - len(s.old_logprobs[:n])))
+        recorded = s.sampler_logprobs or s.old_logprobs
+        sampler.append(list(recorded[:n]) + [0.0] * (completion - len(recorded[:n])))
         forced = list(s.forced[:n]) + [False] * (n - len(s.forced[:n]))
         # forced by the engine, not sampled: context, not trained
         mask.append([0.0 if f else 1.0 for f in forced] + [0.0] * rest)
     batch = {"targets": torch.tensor(targets, dtype=torch.long),
              "old_logprobs": torch.tensor(old, dtype=torch.float32),
+             "sampler_logprobs": torch.tensor(sampler, dtype=torch.float32),
              "mask": torch.tensor(mask, dtype=torch.float32),
              "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
              "temperature": torch.tensor([s.temperature for s in samples], dtype=torch.float32)}

@@ -110,4 +110,6 @@ def build_rollout_engine(settings: Any, trainer: Any, spec: dict[str, Any], repo
         from synth_ai.backend.inference.vllm_engine import VllmPolicyServer
 
         return VllmPolicyServer(trainer.served(), options or VllmOptions(), bf16=trainer.use_bf16, **common)
-    return LocalPolicyServer(trainer.served(), share_weights=settings.weight_sync_interval == 1, **common)
+    # asynchronous GSPO samples while the trainer updates: the built-in engine serves its own copy of the weights
+    shared = settings.weight_sync_interval == 1 and not settings.asynchronous
+    return LocalPolicyServer(trainer.served(), share_weights=shared, **common)

@@ -21,6 +21,8 @@ def report_started(reporter: Any, settings: RLSettings, trainer: Any, runner: An
                     "learning_rate": settings.learning_rate, "epsilon_low": settings.epsilon_low,
                     "epsilon_high": settings.epsilon_high, "kl_coef": settings.kl_coef,
                     "weight_sync_interval": settings.weight_sync_interval, "concurrency": settings.concurrency,
+                    "max_staleness": settings.max_staleness,
+                    "importance_sampling_cap": settings.importance_sampling_cap if settings.asynchronous else None,
                     "task_url": settings.task_url, "policy_url": runner.policy_url, "device": trainer.where.device,
                     "dtype": trainer.dtype_name, "trainable_params": trainer.trainable_count,
                     "vision": trainer.vision, "seed": settings.seed, "world_size": dp.world,
@@ -67,8 +69,11 @@ def iteration_record(it: int, rollouts: list[Rollout], counts: dict[str, int], s
             "response_tokens_mean": statistics.fmean(lengths) if lengths else 0.0,
             "rollouts_per_second": len(rollouts) / max(rollout_s, 1e-9), "rollout_s": round(rollout_s, 3),
             "train_s": round(train_s, 3), **counts,
+            # groups whose members all scored alike: no advantage, no signal
+            "frac_reward_zero_std": counts["groups_zero_variance"] / counts["groups"] if counts.get("groups") else 0.0,
             **({"loss": stats.loss, "clip_fraction": stats.clip_fraction, "kl": stats.kl, "ratio_mean":
-                stats.ratio_mean, "optimizer_steps": stats.steps, "kl_ref": stats.ref_kl} if stats else {})}
+                stats.ratio_mean, "optimizer_steps": stats.steps, "kl_ref": stats.ref_kl} if stats else {}),
+            **(stats.off_policy if stats is not None and stats.off_policy else {})}
 
 
 def write_metrics(reporter: Any, points: list[tuple[str, int, float | None, str]]) -> None:
@@ -90,7 +95,12 @@ def report_step(reporter: Any, settings: RLSettings, record: dict[str, Any], eva
              "rollouts.errors": "errors", "rollouts.total": "rollouts", "rollouts_per_second": "rollouts_per_second",
              "kl_ref": "kl_ref",
              "reward.step.mean": "reward_step_mean", "reward.judge.mean": "reward_judge_mean",
-             "judge.failures": "judge_failures"}
+             "judge.failures": "judge_failures", "frac_reward_zero_std": "frac_reward_zero_std",
+             "mismatch_kl": "mismatch_kl", "trainer_idle_s": "trainer_idle_s",
+             # asynchronous GSPO (docs/rl.md): the staleness bound, the backlog and the off-policy correction
+             "staleness.mean": "staleness_mean", "staleness.max": "staleness_max", "backlog.groups": "backlog_groups",
+             "stale_samples.dropped": "stale_dropped", "is_ratio.mean": "is_ratio_mean",
+             "is_ratio.max": "is_ratio_max", "is_truncated_frac": "is_truncated_frac"}
     write_metrics(reporter, [(metric, it, record.get(key), "train") for metric, key in names.items()]
                    + [("eval.mean_return", it, evaluated, "eval")])
     if it % settings.log_interval == 0 or it + 1 == settings.iterations:

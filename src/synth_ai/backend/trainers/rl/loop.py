@@ -12,6 +12,10 @@ terminal events belong to the worker. A task app that cannot be reached is waite
 iteration goes on when it is back (`rl.taskapp_wait`).
 Under torchrun every rank runs this loop on its share of the groups (`rl.data_parallel`); rank 0 alone reports,
 checkpoints and saves the final model.
+Asynchronous GSPO (`[training].max_staleness` > 0): the rollouts run in a pool beside the updates
+(`rl.rollout_pool`), each iteration trains the batch the pool finished, drops samples staler than the bound
+(`rl.staleness`), corrects the rest by truncated importance sampling (`rl.off_policy`) and publishes the weights to
+the engine after every optimiser step; `rl.backlog.growing` warns when finished groups pile up.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from synth_ai.backend.trainers.rl.prefetch import Prefetch, prefetch_allowed
 from synth_ai.backend.trainers.rl.reward_report import judge_rollouts as _judge
 from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_config
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_settings
+from synth_ai.backend.trainers.rl.rollout_pool import RolloutPool, SerialRunner
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
+from synth_ai.backend.trainers.rl.staleness import BacklogWatch, drop_stale
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.taskapp_wait import TaskAppWait
 from synth_ai.backend.trainers.rl.types import Rollout
@@ -100,6 +106,8 @@ def _start(spec: dict[str, Any], settings: RLSettings, dp: Any, devices: Any, wo
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
     runner = make_runner(settings, engine, api_key, should_stop)
+    if settings.asynchronous:  # the pool's thread and the loop's share it
+        runner = SerialRunner(runner)
     judge = Judge(require_judge_key(spec_config(spec)), task_rubrics=task_app_rubrics(settings.task_url, api_key)) \
         if settings.judge is not None and dp.main else None  # rank 0 judges every rollout
     run = GSPORun(settings, dp, reporter, trainer, engine, runner, judge, state, should_stop, wait)
@@ -134,15 +142,22 @@ class GSPORun:
         self.prefetched: Prefetch | None = None  # the next iteration's rollouts, sent during this one's update
         self.update_s: float | None = None
         self.failed_in_a_row = 0
+        self.pool: RolloutPool | None = None  # asynchronous GSPO's rollouts, running beside the updates
+        self.backlog_watch = BacklogWatch(reporter, settings.batch_size, settings)
 
     def run_iterations(self) -> None:
         """Every iteration left, then the final evaluation; the runner, engine and any prefetch are closed
         whatever happens."""
         settings = self.settings
+        if settings.asynchronous:
+            self.pool = RolloutPool(self.runner, self.dp, lambda k: iteration_jobs(settings, k), first=self.start,
+                                    end=settings.iterations, max_ahead=settings.max_staleness)
         try:
             for it in range(self.start, settings.iterations):
                 self.current = it
                 self._iteration(it)
+                if self.pool is not None:
+                    self.pool.done(it)  # also after an iteration with no update: the next batches may start
             if settings.eval_every:
                 self.last_eval = _evaluate(self.runner, settings, self.reporter, settings.iterations, self.dp,
                                            self.wait)
@@ -150,6 +165,8 @@ class GSPORun:
         except RolloutsStopped:
             self._stop(self.current)
         finally:
+            if self.pool is not None:
+                self.pool.close()
             if self.prefetched is not None:
                 self.prefetched.cancel()
             if callable(getattr(self.runner, "close", None)):
@@ -182,7 +199,9 @@ class GSPORun:
         prefetched = self.prefetched
         overlapped_s = prefetched.overlapped_s if prefetched is not None else 0.0
         jobs = iteration_jobs(self.settings, it)
-        if prefetched is not None:
+        if self.pool is not None:
+            rollouts = self.pool.take(it)
+        elif prefetched is not None:
             rollouts, self.prefetched = prefetched.result(), None
         else:
             rollouts = run_rollouts(self.runner, jobs, self.dp, mode="rl")
@@ -209,21 +228,33 @@ class GSPORun:
             rollouts, judged = from_main(dp, (rollouts, _judge(self.judge, rollouts, self.reporter, it) if dp.main
                                               else None))
         samples, counts = build_samples(rollouts, settings)
-        if samples and prefetch_allowed(settings, self.engine, next_iteration=it + 1, last_update_s=self.update_s,
-                                        rollouts_s=None if collected.sent_early else collected.seconds) \
+        extra: dict[str, Any] = {}
+        if self.pool is not None:
+            samples, staleness = drop_stale(samples, self.trainer.version, settings.max_staleness)
+            backlog = self.pool.backlog_batches() * settings.batch_size
+            extra.update(staleness.record(), backlog_groups=backlog)
+            self.backlog_watch.check(it, backlog)
+        elif samples and prefetch_allowed(settings, self.engine, next_iteration=it + 1, last_update_s=self.update_s,
+                                          rollouts_s=None if collected.sent_early else collected.seconds) \
                 and not self.should_stop():
             self.prefetched = Prefetch(self.runner, self.engine, iteration_jobs(settings, it + 1), dp, mode="rl")
         t_train = time.perf_counter()
-        stats = self.trainer.train(samples) if samples else None
+        # asynchronous: the engine gets the weights after every optimiser step, rows in flight decoding on
+        stats = self.trainer.train(samples, after_step=self.engine.publish if self.pool is not None else None) \
+            if samples else None
         train_s = time.perf_counter() - t_train
         if stats is not None:
             self.update_s = train_s
-        if (it + 1) % settings.weight_sync_interval == 0:
+        if self.pool is not None:
+            self.pool.done(it)
+        elif (it + 1) % settings.weight_sync_interval == 0:
             self.engine.sync_weights()
         if self.prefetched is not None:
             self.prefetched.release()  # the next rollouts sample from the weights just synced
         record = iteration_record(it, rollouts, counts, stats, collected.seconds, train_s)
         record["rollouts_overlapped_s"] = round(collected.overlapped_s, 3)
+        record["trainer_idle_s"] = round(collected.seconds, 3)  # waiting for rollouts (their wait, not their run)
+        record.update(extra)
         record.update(reward_extras(settings, rollouts, judged))
         self.history.append(record)
         report_step(self.reporter, settings, record, evaluated)

@@ -20,6 +20,8 @@ from synth_ai.taskapp.reachability import DEFAULT_WAIT_S
 
 DEFAULT_EPSILON_LOW = 3e-4  # GSPO paper's sequence-level clip range
 DEFAULT_EPSILON_HIGH = 4e-4
+DEFAULT_MAX_STALENESS = 0  # synchronous unless asked: the same config keeps giving the same curve (docs/rl.md)
+DEFAULT_IMPORTANCE_SAMPLING_CAP = 2.0  # truncated IS cap C (off_policy.py); the usual choice of TIS papers
 
 
 @dataclass
@@ -67,6 +69,13 @@ class RLSettings:
     lora_dropout: float = 0.0
     lora_targets: Any = DEFAULT_LORA_TARGETS
     label: str | None = None
+    max_staleness: int = DEFAULT_MAX_STALENESS  # optimiser steps a sample may lag the weights it trains
+    importance_sampling_cap: float = DEFAULT_IMPORTANCE_SAMPLING_CAP
+
+    @property
+    def asynchronous(self) -> bool:
+        """Rollouts run in a pool beside the update (`rollout_pool`), corrected by `off_policy`."""
+        return self.max_staleness > 0
 
     @property
     def base_model(self) -> str:  # the name common.save_final writes into the model card
@@ -99,6 +108,7 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
     step_rewards = resolve_step_rewards(given(training))
     policy_config = _policy_config(rollout, step_rewards)
     kl_coef = first_set(training.kl_coef, 0.0)
+    _refuse_async_conflict(raw)
     concurrency = rollout.max_concurrent_rollouts or 4
     return RLSettings(
         job_id=str(spec.get("job_id") or "local"), model_id=model_id.strip(), task_url=task_url.rstrip("/"),
@@ -125,7 +135,21 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
         rubric_weights=_rubric_weights(config), step_rewards=step_rewards, judge=resolve_judge(raw),
         **_evaluation(config), **_lora(config.lora or training.lora),
         label=model_cfg.label if model_cfg else None,
+        max_staleness=first_set(training.max_staleness, DEFAULT_MAX_STALENESS),
+        importance_sampling_cap=first_set(training.importance_sampling_cap, DEFAULT_IMPORTANCE_SAMPLING_CAP),
     )
+
+
+def _refuse_async_conflict(raw: dict[str, Any]) -> None:
+    """An asynchronous setting this trainer cannot honour is refused (never run synchronously instead)."""
+    from synth_ai.config.rl import async_conflict
+
+    conflict = async_conflict(raw.get("training") if isinstance(raw.get("training"), dict) else {})
+    if conflict is not None:
+        path, message, found, fix = conflict
+        key = f"[{'.'.join(path[:-1])}].{path[-1]}"
+        raise InvalidInputError(f"{key}: {message} (found {found!r}).", hint=fix[0].upper() + fix[1:] + ".",
+                                details={"field": "data.config." + ".".join(path)})
 
 
 def check_rl_job(spec: dict[str, Any]) -> RLSettings:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,6 +38,7 @@ class TrainStats:
     steps: int
     sequences: int
     ref_kl: float | None = None
+    off_policy: dict[str, float] | None = None  # off_policy.OffPolicyStats.record() of the first step
 
 
 def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -> tuple[list[Sample], dict[str, int]]:
@@ -81,7 +83,9 @@ def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -
                                           temperature=sampled.temperature or 1.0,
                                           vision_inputs=dict(sampled.vision_inputs), seed=seed,
                                           rollout_index=rollout.index, turn=call.index,
-                                          forced=list(getattr(sampled, "forced", []))))
+                                          forced=list(getattr(sampled, "forced", [])),
+                                          sampler_logprobs=list(sampled.logprobs),
+                                          versions=list(getattr(sampled, "versions", []))))
     counts["samples"] = len(samples)
     return samples, counts
 
@@ -139,6 +143,7 @@ class GSPOTrainer:
         # clip range; when the sampler holds the same weights, take the "old" log-probs from the training
         # forward itself (before the update) so that the on-policy ratio is 1 there too.
         self.recompute_old = self.use_bf16 and settings.weight_sync_interval == 1
+        self.version = 0  # optimiser steps taken in this process: the policy version the engine is given
 
     def served(self) -> Any:
         from synth_ai.backend.inference.engine import describe_model
@@ -148,13 +153,19 @@ class GSPOTrainer:
                               device=self.where.device)
 
     # Updates --------------------------------------------------------------------------------------------------
-    def train(self, samples: list[Sample]) -> TrainStats:
+    def train(self, samples: list[Sample], after_step: Callable[[int], None] | None = None) -> TrainStats:
+        """GSPO optimiser steps over `samples`; `self.version` counts the steps taken (the policy version that
+        the rollout engine gets on `publish`). Asynchronous (`max_staleness` > 0): pi_old is the trainer's policy
+        before the update (the first step's own forward, or a forward before it when there are several steps) and
+        each sequence is weighted by its truncated importance weight against the sampler (`off_policy`).
+        `after_step(version)` runs after each optimiser step (the loop publishes the weights there)."""
         import torch
 
         from synth_ai.backend.trainers.common import NullContext
         from synth_ai.backend.trainers.rl.batches import collate, completion_logprobs, micro_batches
-        from synth_ai.backend.trainers.rl.data_parallel import sum_values
+        from synth_ai.backend.trainers.rl.data_parallel import gather, sum_values
         from synth_ai.backend.trainers.rl.gspo import gspo_loss
+        from synth_ai.backend.trainers.rl.off_policy import OffPolicyStats
 
         s = self.settings
         dp = self.dp
@@ -163,21 +174,25 @@ class GSPOTrainer:
         steps = [samples[i:i + per_step] for i in range(0, len(samples), per_step)]
         mine = [dp.shard(step) for step in steps]
         autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.use_bf16 else NullContext()
-        if self.recompute_old:
+        proximal_now = s.asynchronous and len(steps) == 1  # pi_old = this forward, detached
+        if (self.recompute_old and not s.asynchronous) or (s.asynchronous and len(steps) > 1):
             self._recompute_old_logprobs([x for share in mine for x in share], autocast)
         total_loss = clipped = 0.0
         ratio_sum = kl_sum = ref_kl_sum = 0.0
         sequences = 0
-        for step, share in zip(steps, mine):
+        off = OffPolicyStats()
+        for index, (step, share) in enumerate(zip(steps, mine)):
             count = len(step)
             for part in micro_batches(share, s.micro_batch or DEFAULT_MICRO_BATCH):
                 batch = collate(part, self.pad_id, self.where.device)
                 logp = completion_logprobs(self.decoder, self.lm_head, batch, image_pad=self.image_pad,
                                            vision_dtype=self.vision_dtype, autocast=autocast)
                 ref = self._reference_logprobs(batch, autocast) if self.reference is not None else None
-                loss_sum, stats = gspo_loss(logp, batch["old_logprobs"], batch["mask"], batch["advantages"],
+                old = logp.detach() if proximal_now else batch["old_logprobs"]
+                loss_sum, stats = gspo_loss(logp, old, batch["mask"], batch["advantages"],
                                             eps_low=s.epsilon_low, eps_high=s.epsilon_high, ref_logp=ref,
-                                            kl_coef=s.kl_coef)
+                                            kl_coef=s.kl_coef, sampler_logp=batch["sampler_logprobs"],
+                                            is_cap=s.importance_sampling_cap if s.asynchronous else None)
                 (loss_sum / count).backward()
                 total_loss += float(loss_sum.detach())
                 clipped += stats.clipped
@@ -185,19 +200,28 @@ class GSPOTrainer:
                 kl_sum += stats.kl_sum
                 ref_kl_sum += stats.ref_kl_sum
                 sequences += stats.sequences
+                if index == 0 and stats.off_policy is not None:  # before any update: sampler against trainer
+                    off.add(stats.off_policy)
             dp.sum_grads(list(self.trainable.values()))
             if s.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), s.max_grad_norm)
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
-        total_loss, clipped, ratio_sum, kl_sum, ref_kl_sum, sequences = sum_values(
-            dp, [total_loss, clipped, ratio_sum, kl_sum, ref_kl_sum, sequences])
+            self.version += 1
+            if after_step is not None:
+                after_step(self.version)
+        total_loss, clipped, ratio_sum, kl_sum, ref_kl_sum, sequences, off.tokens, off.truncated_tokens, \
+            off.mismatch_sum, off.sequences, off.ratio_sum = sum_values(
+                dp, [total_loss, clipped, ratio_sum, kl_sum, ref_kl_sum, sequences, off.tokens, off.truncated_tokens,
+                     off.mismatch_sum, off.sequences, off.ratio_sum])
+        off.ratio_max = max(gather(dp, off.ratio_max))
         sequences = int(sequences)
         n = max(1, sequences)
         return TrainStats(loss=total_loss / n, clip_fraction=clipped / n, kl=kl_sum / n, ratio_mean=ratio_sum / n,
                           steps=len(steps), sequences=sequences,
-                          ref_kl=ref_kl_sum / n if self.reference is not None else None)
+                          ref_kl=ref_kl_sum / n if self.reference is not None else None,
+                          off_policy=off.record() if off.tokens else None)
 
     def _recompute_old_logprobs(self, samples: list[Sample], autocast: Any) -> None:
         import torch

@@ -47,6 +47,8 @@ class Sample:
     rollout_index: int = 0
     turn: int = 0
     forced: list[bool] = field(default_factory=list)  # per completion token: context only, no loss
+    sampler_logprobs: list[float] = field(default_factory=list)  # as recorded (old_logprobs may be recomputed)
+    versions: list[int] = field(default_factory=list)  # per completion token: the policy version that sampled it
 
     @property
     def length(self) -> int:
