@@ -42,8 +42,12 @@ def _rl_job(backend: BackendProcess) -> tuple[str, threading.Thread]:
             time.sleep(0.3)  # let the follower poll in between: these arrive while it follows
             store.add_metric(job_id, "reward.mean", step, reward)
             store.add_metric(job_id, "loss", step, loss)
+            store.add_metric(job_id, "staleness.mean", step, float(step))  # asynchronous GSPO's
+            store.add_metric(job_id, "mismatch_kl", step, 0.001 * (step + 1))
             store.add_event(job_id, "rl.train.step", f"iteration {step + 1}/3",
                             {"iteration": step + 1, "reward_mean": reward, "loss": loss})
+        store.add_event(job_id, "rl.backlog.growing", "iteration 2: 16 finished groups wait for the trainer",
+                        {"iteration": 2, "backlog_groups": 16}, "warning")
         store.add_metric(job_id, "eval.mean_return", 2, 0.75, phase="eval")
         store.add_event(job_id, "rl.eval.summary", "eval on 4 seeds", {"mean_return": 0.75, "seeds": 4})
         store.transition(job_id, "succeeded", only_from={"running"}, fine_tuned_model="rl:tiny-qwen3:follow",
@@ -99,6 +103,8 @@ def test_chart_draws_reward_and_loss(backend, monkeypatch):
     assert "reward.mean" in final_panel and "step 2: 0.625" in final_panel
     assert "loss" in final_panel and "step 2: 0.0625" in final_panel
     assert "▁▅█" in final_panel  # rewards rise: lowest, middle, highest
+    assert "staleness.mean" in final_panel and "step 2: 2" in final_panel  # asynchronous GSPO's series too
+    assert "mismatch_kl" in final_panel and "step 2: 0.003" in final_panel
     assert "█▄▁" in final_panel  # losses fall
     assert "Final status: succeeded" in out
 
@@ -139,3 +145,14 @@ def test_the_jobs_end_decides_not_the_trainers_last_event(backend, monkeypatch):
         worker.join()
     assert result.exit_code == 6, result.stdout + result.stderr
     assert "ended failed: saving the model failed: disk full" in result.stderr
+
+
+def test_async_metrics_and_the_backlog_warning_reach_the_lines_and_jobs_metrics(backend, monkeypatch):
+    job_id, result = _follow(backend, monkeypatch)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "staleness.mean=2 (step=2)" in result.stdout
+    assert "rl.backlog.growing (warning): iteration 2: 16 finished groups wait for the trainer" in result.stdout
+    listed = run_cli("jobs", "metrics", job_id, "--name", "mismatch_kl", "--kind", "rl", "--backend", backend.url,
+                     "--json")
+    assert listed.exit_code == 0, listed.stderr
+    assert [(p["step"], p["value"]) for p in listed.json()["points"]] == [(0, 0.001), (1, 0.002), (2, 0.003)]

@@ -16,8 +16,10 @@ from synth_ai.client.follow import Update
 from synth_ai.env.secrets import redact
 
 CHART_METRIC = "train.loss"
-# What the chart draws and the final summary reports: SFT's loss, and RL's loss, mean reward and eval return.
-CHART_SERIES = ("train.loss", "loss", "reward.mean", "eval.mean_return")
+# What the chart draws: SFT's loss, and RL's loss, mean reward and eval return, then (where the job reports them)
+# the sampler's agreement with the trainer and asynchronous GSPO's staleness and backlog (docs/rl.md).
+CHART_SERIES = ("train.loss", "loss", "reward.mean", "eval.mean_return", "mismatch_kl", "frac_reward_zero_std",
+                "staleness.mean", "backlog.groups", "is_truncated_frac", "trainer_idle_s")
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
 

@@ -13,6 +13,15 @@ const PANELS = [
   ["RL reward", { rl: [["reward.mean", "mean reward"]] }],
   ["Eval return", { rl: [["eval.mean_return", "mean return"]] }],
 ];
+// Panels drawn only once one of their series has a point: asynchronous GSPO's (docs/rl.md) and the sampler's
+// agreement with the trainer.
+const OPTIONAL_PANELS = [
+  ["Staleness", { rl: [["staleness.mean", "mean"], ["staleness.max", "max"], ["stale_samples.dropped", "dropped"]] }],
+  ["Backlog", { rl: [["backlog.groups", "finished groups waiting"], ["trainer_idle_s", "trainer idle, s"]] }],
+  ["Sampler vs trainer", { rl: [["mismatch_kl", "mismatch KL"], ["is_ratio.mean", "IS ratio mean"],
+    ["is_ratio.max", "IS ratio max"], ["is_truncated_frac", "truncated"]] }],
+  ["Groups without signal", { rl: [["frac_reward_zero_std", "share of groups with equal rewards"]] }],
+];
 const METRICS_PAGE = 5000;
 const EVENTS_PAGE = 100; // the log opens on the newest page; "Show earlier events" reads the page before
 
@@ -50,7 +59,22 @@ export function jobPage(root, jobId) {
       maxStep = Math.max(maxStep, top);
       if (doc.points.length < METRICS_PAGE || !progressed) break;
     }
+    addOptionalCharts();
     for (const chart of charts) chart.draw(points);
+  }
+
+  let optional = null; // OPTIONAL_PANELS of this job's kind not drawn yet
+  function addOptionalCharts() {
+    const kind = base.startsWith("/rl/") ? "rl" : "sft";
+    if (optional === null) optional = OPTIONAL_PANELS.filter(([, byKind]) => byKind[kind]);
+    const ready = optional.filter(([, byKind]) => byKind[kind].some(([name]) => points.has(name)));
+    if (!ready.length) return;
+    optional = optional.filter((panel) => !ready.includes(panel));
+    for (const [title, byKind] of ready) {
+      const chart = new Chart(title, byKind[kind], kind === "rl" ? "iteration" : "step");
+      charts.push(chart);
+      chartsNode.append(chart.node);
+    }
   }
 
   // Newest first: new events go on top, earlier pages below.
