@@ -19,6 +19,9 @@ you set it). Two sizes (`--size`):
   process, `synth-ai serve <app>`, the way users run one (`--task-app-in-process`: in a thread of the trainer's
   process instead, sharing its GIL); time per iteration = the gap between successive `rl.train.step` events;
   rollout time = the step's `rollout_s`, update time = its `train_s`;
+- async: the same as ours with `[training].max_staleness = --max-staleness` (default 2): asynchronous GSPO, the
+  rollouts of the next iterations sampled while this one updates (docs/rl.md); time per iteration measured the
+  same way (in steady state it is the slower of the rollouts and the update, not their sum);
 - baseline: TRL `GRPOTrainer` (generation with `model.generate`, the reward function called in process: it does
   no HTTP at all; at `mid` without TRL's default gradient checkpointing, which memory here does not need and which
   would recompute every layer's forward during the backward pass); time per iteration = the gap between successive `on_step_end` callbacks; rollout time = its
@@ -26,8 +29,10 @@ you set it). Two sizes (`--size`):
 
 Peak RSS is each side's trainer process (`ru_maxrss`; ours' task app and rollout-sender processes are apart). The
 first iteration of each run is a warm-up and is not counted; the median of the rest is the run's figure. Each side
-runs in its own process, `--runs` times, interleaved; the median over runs is reported. Ends with
-`rl_step: ours X s, baseline Y s, ratio Z` (ratio = baseline seconds / ours: above 1 means ours is faster).
+runs in its own process, `--runs` times, interleaved; the median over runs is reported, with samples
+per second (`--batch` x `--group` per iteration) of the three sides. Ends with `rl_step async: ours X s, baseline
+Y s (sync), ratio Z` and `rl_step: ours X s, baseline Y s, ratio Z` (ratio = baseline seconds / ours: above 1
+means ours is faster).
 
 Reproduce from the repository root (TRL comes with the `bench` extra):
 
@@ -83,8 +88,8 @@ def task_app(name: str):
     return entry, sys.modules[entry.config_factory.__module__]
 
 
-def rl_config(size: dict, iterations: int, batch: int, group: int, things: int) -> dict:
-    return {
+def rl_config(size: dict, iterations: int, batch: int, group: int, things: int, max_staleness: int = 0) -> dict:
+    config = {
         "algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"},
         "model": {"base": size["model"], "trainer_mode": "full", "label": "bench"},
         "rollout": {"env_name": size["env"], "policy_name": "bench", "max_turns": 1,
@@ -96,6 +101,9 @@ def rl_config(size: dict, iterations: int, batch: int, group: int, things: int) 
                      "log_interval": 1, "seed": HYPER["seed"], "checkpoint_interval": iterations + 1,
                      "clip_epsilon_low": HYPER["epsilon_low"], "clip_epsilon_high": HYPER["epsilon_high"]},
     }
+    if max_staleness:
+        config["training"]["max_staleness"] = max_staleness
+    return config
 
 
 @contextmanager
@@ -138,7 +146,7 @@ def served_app(name: str, in_process: bool) -> Iterator[str]:
             process.wait(timeout=10)
 
 
-def run_ours(args: argparse.Namespace) -> dict:
+def run_ours(args: argparse.Namespace, max_staleness: int = 0) -> dict:
     from synth_ai.backend.store.model_store import ModelStore
     from synth_ai.backend.trainers.rl import run_rl
 
@@ -154,7 +162,7 @@ def run_ours(args: argparse.Namespace) -> dict:
             pass
 
     os.environ["ENVIRONMENT_API_KEY"] = APP_KEY
-    config = rl_config(size, args.iterations, args.batch, args.group, args.things)
+    config = rl_config(size, args.iterations, args.batch, args.group, args.things, max_staleness)
     with served_app(size["app"], args.task_app_in_process) as base, \
             tempfile.TemporaryDirectory(prefix="rl-bench-ours-") as work:
         spec = {"job_id": "bench", "model": size["model"], "environment_api_key": APP_KEY,
@@ -257,7 +265,7 @@ def run_trl(args: argparse.Namespace) -> dict:
 
 
 def worker(kind: str, args: argparse.Namespace) -> None:
-    result = run_ours(args) if kind == "ours" else run_trl(args)
+    result = run_trl(args) if kind == "trl" else run_ours(args, args.max_staleness if kind == "async" else 0)
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -265,7 +273,8 @@ def spawn(kind: str, args: argparse.Namespace) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
     argv = [sys.executable, __file__, "--worker", kind, "--size", args.size, "--iterations", str(args.iterations),
-            "--batch", str(args.batch), "--group", str(args.group), "--things", str(args.things)] \
+            "--batch", str(args.batch), "--group", str(args.group), "--things", str(args.things),
+            "--max-staleness", str(args.max_staleness)] \
         + (["--task-app-in-process"] if args.task_app_in_process else [])
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
     for line in proc.stdout.splitlines():
@@ -280,7 +289,7 @@ def report_run(run: int, kind: str, result: dict) -> tuple[float, float]:
     seconds = statistics.median(result["seconds"])
     curve = ", ".join(f"{r:.3f}" for r in result["rewards"] if r is not None)
     lengths = ", ".join(f"{n:.1f}" for n in result["completion_tokens"] if n is not None)
-    print(f"run {run} {kind:4s}: {seconds:.2f} s per iteration (median of {len(result['seconds'])}; "
+    print(f"run {run} {kind:5s}: {seconds:.2f} s per iteration (median of {len(result['seconds'])}; "
           f"each {', '.join(f'{s:.2f}' for s in result['seconds'])}), mean reward per iteration [{curve}], "
           f"mean completion tokens [{lengths}], peak RSS {result['peak_rss_mb']:.0f} MB", flush=True)
     split = [f"{r:.2f}/{u:.2f}" for r, u in zip(result["rollout_s"], result["update_s"])
@@ -302,7 +311,9 @@ def main() -> None:
     parser.add_argument("--things", type=int, default=2, help="how many of color-quiz's things the seeds cycle through")
     parser.add_argument("--task-app-in-process", action="store_true",
                         help="serve the task app in a thread of our trainer's process (default: its own process)")
-    parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--max-staleness", type=int, default=2,
+                        help="[training].max_staleness of the asynchronous side (`async`)")
+    parser.add_argument("--worker", choices=["ours", "async", "trl"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = SIZES[args.size]
     args.iterations = args.iterations or size["iterations"]
@@ -320,18 +331,24 @@ def main() -> None:
                     "from synth_ai.backend.store.model_store import ModelStore; ModelStore(Path(sys.argv[1]))"
                     ".resolve(sys.argv[2])", str(DATA_DIR), size["model"]], check=True, cwd=REPO,
                    env={**os.environ, "PYTHONPATH": str(REPO / "src")}, capture_output=True)
-    ours, base = [], []
+    ours, early, base = [], [], []
     for run in range(args.runs):
-        for kind, bucket in (("ours", ours), ("trl", base)):
+        for kind, bucket in (("ours", ours), ("async", early), ("trl", base)):
             bucket.append(report_run(run + 1, kind, spawn(kind, args)))
     x, y = statistics.median(s for s, _ in ours), statistics.median(s for s, _ in base)
+    z = statistics.median(s for s, _ in early)
+    samples = args.batch * args.group
+    print(f"samples/s: async (max_staleness={args.max_staleness}) {samples / z:.2f}, sync {samples / x:.2f}, "
+          f"TRL {samples / y:.2f}; async / sync {x / z:.2f}, async / TRL {y / z:.2f}")
     cx, cy = statistics.median(c for _, c in ours), statistics.median(c for _, c in base)
     print(f"trainer process CPU s per iteration (less sensitive to a busy machine; ours leaves out its task app and "
           f"rollout-sender processes): ours {cx:.2f}, baseline {cy:.2f}, ratio {cy / cx:.2f}")
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(f"reproduce: .venv/bin/python bench/rl_step.py --size {args.size} "
           f"--runs {args.runs} --iterations {args.iterations} --batch {args.batch} --group {args.group} "
-          f"--things {args.things}" + (" --task-app-in-process" if args.task_app_in_process else ""))
+          f"--things {args.things} --max-staleness {args.max_staleness}"
+          + (" --task-app-in-process" if args.task_app_in_process else ""))
+    print(f"rl_step async: ours {z:.2f} s, baseline {x:.2f} s (sync), ratio {x / z:.2f}")
     print(f"rl_step: ours {x:.2f} s, baseline {y:.2f} s, ratio {y / x:.2f}")
 
 
