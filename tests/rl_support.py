@@ -103,3 +103,15 @@ def run_in_process(tmp_path: Path, tiny_text: list[Path], task_url: str, recorde
     spec = {"job_id": "rljob_local", **rl_body(task_url, tables=tables, **training)}
     return run_rl(spec, workdir=tmp_path / "work", model_store=ModelStore(data), reporter=recorder,
                   should_stop=should_stop or (lambda: False))
+
+
+def torchrun_backend(data: Path, tmp_path: Path, env_key: str, ranks: int = 2) -> Any:
+    """A started backend whose RL jobs run data-parallel under torchrun (`ranks` gloo ranks on the CPU), keyed for
+    the task app, with no warm worker and no Modal credentials."""
+    from backend_support import BackendProcess
+
+    return BackendProcess(data, env={
+        "ENVIRONMENT_API_KEY": env_key, "SYNTH_AI_BACKEND_EXECUTOR": "torchrun",
+        "SYNTH_AI_BACKEND_TORCHRUN_NPROC": str(ranks), "SYNTH_AI_BACKEND_WARM_WORKER": "0",
+        "SYNTH_AI_BACKEND_GPUS": "0", "MODAL_CONFIG_PATH": str(tmp_path / "none"), "MODAL_TOKEN_ID": "",
+        "MODAL_TOKEN_SECRET": ""}).start()

@@ -1,7 +1,8 @@
 """Asynchronous GSPO run for real (tiny Qwen3, the color-quiz app over HTTP, `run_rl` in this process):
 `max_staleness = 0` is the synchronous loop, number for number; `max_staleness = 2` learns, near the synchronous
 curve, and reports its staleness, backlog and off-policy metrics; samples beyond the bound are dropped and
-counted; a cancelled asynchronous job resumes from its checkpoint (its backlog rebuilt)."""
+counted; a cancelled asynchronous job resumes from its checkpoint (its backlog rebuilt); a data-parallel job
+under torchrun (2 gloo ranks, each with its own pool) trains asynchronously too."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rl_support import Recorder, quiz_app, run_in_process
+from backend_support import link_tiny, wait_for
+from rl_support import Recorder, quiz_app, rl_body, run_in_process, torchrun_backend
 from taskapp_support import running_app
 
 from synth_ai.backend.trainers.common import TrainingCancelled
@@ -107,3 +109,29 @@ def test_a_cancelled_asynchronous_job_resumes_from_its_checkpoint(tmp_path: Path
     assert again.of("rl.train.resumed")[0]["data"]["iteration"] == 3
     assert [s["data"]["iteration"] for s in again.of("rl.train.step")] == [3]
     assert result["iterations"] == 4 and result["fine_tuned_model"].startswith("rl:")
+
+
+def test_two_torchrun_ranks_train_asynchronously(tmp_path: Path, tiny_text_models: list[Path]):
+    data = tmp_path / "data"
+    link_tiny(data, tiny_text_models)
+    backend = torchrun_backend(data, tmp_path, ENV_KEY)
+    try:
+        with running_app(quiz_app()) as app, backend.client() as api:
+            created = api.post("/rl/jobs", json=rl_body(app, iterations_per_epoch=3, batch_size=3, max_staleness=1,
+                                                         tables={"model": {"trainer_mode": "lora"}}))
+            assert created.status_code in (200, 201), created.text
+            job_id = created.json()["id"]
+            job = wait_for(lambda: (row := api.get(f"/rl/jobs/{job_id}").json())["status"] in (
+                "succeeded", "failed", "cancelled") and row, timeout=300, interval=0.5, what="the 2-rank job")
+            events = api.get(f"/rl/jobs/{job_id}/events", params={"since_seq": 0, "limit": 1000}).json()["events"]
+            assert job["status"] == "succeeded", (job, events[-4:], backend.log()[-3000:])
+            started = [e for e in events if e["type"] == "rl.train.started"]
+            assert len(started) == 1 and started[0]["data"]["world_size"] == 2
+            assert started[0]["data"]["max_staleness"] == 1
+            points = api.get(f"/rl/jobs/{job_id}/metrics", params={"name": "staleness.max", "limit": 100}).json()
+            staleness = [p["value"] for p in sorted(points["points"], key=lambda p: p["step"])]
+            assert len(staleness) == 3 and max(staleness) <= 1  # rank 0 alone reports, once per iteration
+            steps = [e["data"] for e in events if e["type"] == "rl.train.step"]
+            assert [s["rollouts"] for s in steps] == [12] * 3  # every rank's share combined
+    finally:
+        backend.stop()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, link_tiny, wait_for, worker_pids
-from rl_support import Recorder, quiz_app, rl_body, run_in_process
+from backend_support import TINY_TEXT, link_tiny, wait_for, worker_pids
+from rl_support import Recorder, quiz_app, rl_body, run_in_process, torchrun_backend
 from taskapp_support import running_app
 
 pytest.importorskip("torch")
@@ -58,10 +58,7 @@ def test_two_gloo_ranks_train_the_same_policy_as_one_process(tmp_path: Path, tin
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     data = tmp_path / "data"
     link_tiny(data, tiny_text_models)
-    backend = BackendProcess(data, env={
-        "ENVIRONMENT_API_KEY": ENV_KEY, "SYNTH_AI_BACKEND_EXECUTOR": "torchrun", "SYNTH_AI_BACKEND_TORCHRUN_NPROC": "2",
-        "SYNTH_AI_BACKEND_WARM_WORKER": "0", "SYNTH_AI_BACKEND_GPUS": "0", "MODAL_CONFIG_PATH": str(tmp_path / "none"),
-        "MODAL_TOKEN_ID": "", "MODAL_TOKEN_SECRET": ""}).start()
+    backend = torchrun_backend(data, tmp_path, ENV_KEY)
     try:
         with running_app(quiz_app()) as app, backend.client() as api:
             created = api.post("/rl/jobs", json=rl_body(app, **TRAINING))
