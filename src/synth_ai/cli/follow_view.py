@@ -1,7 +1,7 @@
 """How a followed job looks in the terminal: a progress bar with the events as lines above it (on a terminal, see
 `synth_ai.cli.progress_view`), `[HH:MM:SS]` lines per status, event and metric (`--stream-format cli`, and the
 default when stdout is not a terminal; RL step and eval events show their numbers), or a live chart of loss and,
-for RL, mean reward and eval return (`chart`); then the last value of each headline metric. In `--json` mode updates
+for RL, mean reward, eval return and the sampler / staleness series (`chart`); then the last value of each headline metric. In `--json` mode updates
 go to stderr as NDJSON so stdout keeps one document."""
 
 from __future__ import annotations

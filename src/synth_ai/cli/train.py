@@ -23,8 +23,9 @@ class StreamFormat(str, Enum):
 
 
 STREAM_FORMAT_HELP = ("auto: a progress bar on a terminal, plain lines otherwise (CI logs); bar: the progress bar; "
-                      "cli: a line per status, event and metric; chart: live charts of loss and, for RL, mean reward "
-                      "and eval return. --json always writes NDJSON lines to stderr.")
+                      "cli: a line per status, event and metric; chart: live charts of loss and, for RL, mean reward, "
+                      "eval return, mismatch_kl and (asynchronous GSPO) staleness and backlog. --json always writes "
+                      "NDJSON lines to stderr.")
 
 
 def register(app: typer.Typer) -> None:
