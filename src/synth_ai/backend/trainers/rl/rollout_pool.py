@@ -17,6 +17,7 @@ resumed job rebuilds it from the checkpoint's iteration (the same seeds, sampled
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,11 @@ from synth_ai.backend.trainers.rl.data_parallel import combine_rollouts, run_loc
 from synth_ai.backend.trainers.rl.types import Rollout
 
 JOIN_TIMEOUT_S = 30.0  # a closed pool's batch ends at the runner's next stop poll; this only bounds a stuck one
+# While the pool runs, the decoding thread and the update share the GIL. Each torch op lets it go, but a thread
+# that wants it back waits for the holder's switch interval (5 ms by default): every short decoding op then waits
+# on the update's Python, and the two ran slower together than one after the other (bench/README.md). A short
+# interval lets them take turns at op granularity.
+SWITCH_INTERVAL_S = 1e-4
 
 
 class SerialRunner:
@@ -59,6 +65,8 @@ class RolloutPool:
         self._error: BaseException | None = None
         self._closed = False
         self._cond = threading.Condition()
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread = threading.Thread(target=self._run, args=(first,), name="rl-rollout-pool", daemon=True)
         self._thread.start()
 
@@ -109,3 +117,4 @@ class RolloutPool:
         if self._thread.is_alive():  # a finished pool leaves the runner to the final evaluation
             self.runner.abandon()
         self._thread.join(JOIN_TIMEOUT_S)
+        sys.setswitchinterval(self._switch_interval)
