@@ -1,4 +1,4 @@
-"""`synth-ai models list|get`: the model registry."""
+"""`synth-ai models list|get|export`: the model registry, and models out of the backend."""
 
 from __future__ import annotations
 
@@ -79,6 +79,9 @@ def register(app: typer.Typer) -> None:
 
         out.result(doc, human)
 
+    from synth_ai.cli.models_export_cmd import add_export_command
+
+    add_export_command(group)
     app.add_typer(group, name="models")
 
 
