@@ -133,3 +133,170 @@ def test_a_lora_model_exports_as_an_adapter_and_merged_alike(backend, lora_model
     assert greedy_tokens(merged_model, merged_folder) == adapter_tokens
     base = AutoModelForCausalLM.from_pretrained(str(folder / "base_model")).eval()
     assert any(not torch.equal(a, b) for a, b in zip(base.state_dict().values(), merged_model.state_dict().values()))
+
+
+# Faults and bad input -----------------------------------------------------------------------------------------------
+class CutStream(httpx.SyncByteStream):
+    """The real body, broken after `limit` bytes (a dropped connection) or with one byte flipped (`corrupt`)."""
+
+    def __init__(self, inner: Any, limit: int, *, corrupt: bool = False) -> None:
+        self.inner, self.limit, self.corrupt = inner, limit, corrupt
+
+    def __iter__(self):
+        sent = 0
+        for chunk in self.inner:
+            if sent <= self.limit < sent + len(chunk):
+                at = self.limit - sent
+                if not self.corrupt:
+                    yield chunk[:at]
+                    raise httpx.ReadError("connection dropped (injected)")
+                chunk = chunk[:at] + bytes([chunk[at] ^ 0xFF]) + chunk[at + 1:]
+            sent += len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class FaultyNetwork(httpx.BaseTransport):
+    """The real HTTP transport, with the first `faults` downloads of `name` broken the way `CutStream` breaks them,
+    and optionally no export route at all (a backend that predates it: FastAPI's plain 404)."""
+
+    def __init__(self, name: str = "model.safetensors", *, faults: int = 1, corrupt: bool = False,
+                 no_route: bool = False) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.name, self.faults, self.corrupt, self.no_route = name, faults, corrupt, no_route
+        self.seen: list[tuple[str | None, int]] = []  # (Range header, status) of each download of `name`
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.no_route and request.url.path.endswith("/api/exports"):
+            return httpx.Response(404, json={"detail": "Not Found"})
+        response = self.inner.handle_request(request)
+        if "/exports/" in request.url.path and request.url.path.endswith("/" + self.name):
+            self.seen.append((request.headers.get("range"), response.status_code))
+            if self.faults > 0:
+                self.faults -= 1
+                return httpx.Response(response.status_code, headers=response.headers,
+                                      stream=CutStream(response.stream, 200_000, corrupt=self.corrupt))
+        return response
+
+
+@pytest.fixture
+def network(monkeypatch):
+    from synth_ai.client import transport
+
+    def install(**kwargs: Any) -> FaultyNetwork:
+        faulty = FaultyNetwork(**kwargs)
+        monkeypatch.setattr(transport, "HTTP_TRANSPORT_OVERRIDE", faulty)
+        return faulty
+
+    return install
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_dropped_download_resumes_where_it_broke(backend, tmp_path, network):
+    faulty = network(faults=1)
+    result = export(backend, TINY_TEXT, tmp_path / "resumed")
+    assert result.exit_code == 0, result.stderr
+    # the first GET broke after 200 000 bytes; the second asked for the rest and got it (206)
+    assert faulty.seen == [(None, 200), ("bytes=200000-", 206)]
+    source = backend.data_dir / "models" / "tiny"
+    original = next(p for p in source.iterdir() if p.name.startswith("tiny-qwen3-r")) / "model.safetensors"
+    assert sha256(tmp_path / "resumed" / "model.safetensors") == sha256(original)
+
+
+def test_a_failed_download_leaves_no_folder(backend, tmp_path, network):
+    network(faults=1, corrupt=True)
+    parent = tmp_path / "exports"
+    parent.mkdir()
+    result = export(backend, TINY_TEXT, parent / "never")
+    assert result.exit_code == 9, result.stderr  # ExitCode.SERVER: the bytes that came were not the file's
+    assert "sha256" in result.json()["error"]["message"]
+    assert list(parent.iterdir()) == []  # neither the folder nor its hidden temp copy
+
+
+def test_a_backend_without_the_export_route_says_so(backend, tmp_path, network):
+    network(no_route=True)
+    result = export(backend, TINY_TEXT, tmp_path / "x")
+    assert result.exit_code == 10, result.stderr  # ExitCode.UNAVAILABLE
+    message = result.json()["error"]["message"]
+    assert "has no export route" in message and backend.url in message
+    assert not (tmp_path / "x").exists()
+
+
+def test_unknown_and_pruned_models_are_named(backend, tmp_path):
+    unknown = export(backend, "ft:synth-ai/tiny-qwen3:job_nope", tmp_path / "a")
+    assert unknown.exit_code == 8, unknown.stderr  # ExitCode.NOT_FOUND
+    assert "synth-ai models list" in unknown.json()["error"]["hint"]
+    from synth_ai.backend.store.model_store import ModelStore
+
+    ModelStore(backend.data_dir).register_fine_tuned("ft:synth-ai/tiny-qwen3:job_gone", TINY_TEXT, "job_gone",
+                                                     tmp_path / "deleted-checkpoint")
+    pruned = export(backend, "ft:synth-ai/tiny-qwen3:job_gone", tmp_path / "b")
+    assert pruned.exit_code == 8, pruned.stderr
+    error = pruned.json()["error"]
+    assert "job job_gone" in error["message"] and "missing" in error["message"]
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_non_empty_folder_is_replaced_only_with_force(backend, tmp_path):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    refused = export(backend, TINY_TEXT, out)
+    assert refused.exit_code == 3 and "--force" in refused.json()["error"]["hint"]
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    forced = export(backend, TINY_TEXT, out, "--force")
+    assert forced.exit_code == 0, forced.stderr
+    assert not (out / "notes.txt").exists() and (out / "config.json").exists()
+
+
+# Pushing to the hub -------------------------------------------------------------------------------------------------
+def test_push_without_a_token_fails_before_anything(backend, tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    result = export(backend, TINY_TEXT, tmp_path / "p", "--push-to-hub", "me/tiny")
+    assert result.exit_code == 4, result.stderr  # ExitCode.AUTH
+    assert "HF_TOKEN" in result.json()["error"]["hint"]
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("offline", ["HF_HUB_OFFLINE", "unreachable endpoint"])
+def test_push_without_the_hub_fails_before_uploading(backend, tmp_path, monkeypatch, offline):
+    monkeypatch.setenv("HF_TOKEN", "hf_test_not_a_real_token")
+    if offline == "HF_HUB_OFFLINE":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    else:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    result = export(backend, TINY_TEXT, tmp_path / "p", "--push-to-hub", "me/tiny")
+    assert result.exit_code == 5, result.stderr  # ExitCode.NETWORK
+    error = result.json()["error"]
+    assert "nothing was uploaded" in error["message"] and error["hint"]
+    assert "hf_test_not_a_real_token" not in result.stdout + result.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_an_adapter_on_a_local_base_is_not_pushed_alone(backend, lora_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_test_not_a_real_token")
+    result = export(backend, lora_model, tmp_path / "p", "--push-to-hub", "me/adapter")
+    assert result.exit_code == 3, result.stderr
+    assert "--merge" in result.json()["error"]["hint"] and not (tmp_path / "p").exists()
+
+
+def test_the_upload_is_the_folder_and_a_repo_card(backend, lora_model, tmp_path):
+    from synth_ai.client.hub_push import upload_plan
+
+    result = export(backend, lora_model, tmp_path / "merged", "--merge")
+    assert result.exit_code == 0, result.stderr
+    folder = Path(result.json()["out"])
+    manifest = {**result.json(), "job_id": lora_model.rsplit(":", 1)[-1]}
+    files, card = upload_plan(folder, manifest, "me/tiny-pirate")
+    assert files == sorted({p.name for p in folder.iterdir()} | {"README.md"})
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= set(files)
+    assert card.startswith("---\nlibrary_name: transformers\nbase_model: synth-ai/tiny-qwen3\n")
+    assert f"`{lora_model}`" in card and "merged" in card
+    assert 'AutoModelForCausalLM.from_pretrained("me/tiny-pirate")' in card
