@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ def download_export(api: SynthAPI, manifest: dict[str, Any], out_dir: Path, *,
     """Every file of the export into `out_dir` (replacing what is there: `check_destination` came first)."""
     out_dir = out_dir.resolve()
     with publish_folder(out_dir, durable=True) as staging:
+        os.chmod(staging, 0o777 & ~_umask())  # the temp folder is private (0700); the result is an ordinary one
         for item in manifest["files"]:
             target = staging / item["path"]
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +71,12 @@ def download_export(api: SynthAPI, manifest: dict[str, Any], out_dir: Path, *,
             config["base_model_name_or_path"] = str(out_dir / manifest["local_base"])
             config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return out_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _fetch(api: SynthAPI, path: str, target: Path, item: dict[str, Any]) -> None:
