@@ -300,3 +300,56 @@ def test_the_upload_is_the_folder_and_a_repo_card(backend, lora_model, tmp_path)
     assert card.startswith("---\nlibrary_name: transformers\nbase_model: synth-ai/tiny-qwen3\n")
     assert f"`{lora_model}`" in card and "merged" in card
     assert 'AutoModelForCausalLM.from_pretrained("me/tiny-pirate")' in card
+
+
+# Importing ------------------------------------------------------------------------------------------------------------
+def test_an_exported_adapter_imports_and_trains_on_as_lora(backend, lora_model, tmp_path):
+    exported = export(backend, lora_model, tmp_path / "adapter")
+    assert exported.exit_code == 0, exported.stderr
+    folder = Path(exported.json()["out"])
+    mismatch = run_cli("--json", "models", "import", str(folder), "--base", "Qwen/Qwen3-0.6B", "--backend",
+                       backend.url)
+    assert mismatch.exit_code == 3, mismatch.stderr
+    assert "synth-ai/tiny-qwen3" in mismatch.json()["error"]["message"]
+    assert "Qwen/Qwen3-0.6B" in mismatch.json()["error"]["message"]
+
+    imported = run_cli("--json", "models", "import", str(folder), "--name", "pirate", "--backend", backend.url)
+    assert imported.exit_code == 0, imported.stderr
+    model_id = imported.json()["id"]
+    assert model_id == "imported:synth-ai/tiny-qwen3:pirate" and imported.json()["kind"] == "imported"
+    listed = run_cli("--json", "models", "list", "--backend", backend.url)
+    assert any(m["id"] == model_id and m["kind"] == "imported" for m in listed.json()["fine_tuned"])
+    original_rank = json.loads((folder / "adapter_config.json").read_text())["r"]
+
+    with backend.client() as api:
+        file_id = upload(api, chat_jsonl(tmp_path / "more.jsonl", n=8)).json()["id"]
+        wrong = api.post("/learning/jobs", json=sft_body(file_id, steps=2, model="imported:Qwen/Qwen3-0.6B:pirate"))
+        assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "adapter_base_mismatch", wrong.text
+        assert {"Qwen/Qwen3-0.6B", "synth-ai/tiny-qwen3"} <= set(wrong.json()["error"]["details"].values())
+        # a rank other than the adapter's: continuing the adapter keeps its own
+        job = api.post("/learning/jobs", json=sft_body(file_id, steps=2, model=model_id, lora_rank=original_rank * 2))
+        assert job.status_code == 201, job.text
+        job_id = job.json()["id"]
+        api.post(f"/learning/jobs/{job_id}/start", json={})
+        wait_for(lambda: job_status(api, job_id) in {"succeeded", "failed", "cancelled"}, timeout=240, interval=0.5,
+                 what="the job on the imported adapter")
+        done = api.get(f"/learning/jobs/{job_id}").json()
+    assert done["status"] == "succeeded", done
+    again = export(backend, done["fine_tuned_model"], tmp_path / "continued")
+    assert again.exit_code == 0, again.stderr
+    assert again.json()["format"] == "peft_adapter" and again.json()["base_model"] == "synth-ai/tiny-qwen3"
+    continued = json.loads((Path(again.json()["out"]) / "adapter_config.json").read_text())
+    assert continued["r"] == original_rank
+
+
+def test_a_full_folder_imports_with_its_base_named(backend, tmp_path):
+    exported = export(backend, TINY_TEXT, tmp_path / "full")
+    assert exported.exit_code == 0, exported.stderr
+    unnamed = run_cli("--json", "models", "import", str(tmp_path / "full"), "--backend", backend.url)
+    assert unnamed.exit_code == 3 and "--base" in unnamed.json()["error"]["message"]
+    named = run_cli("--json", "models", "import", str(tmp_path / "full"), "--base", TINY_TEXT, "--name", "copy",
+                    "--backend", backend.url)
+    assert named.exit_code == 0, named.stderr
+    assert named.json()["id"] == "imported:synth-ai/tiny-qwen3:copy" and named.json()["training"] == "full"
+    text, _ = backend_reply(backend, "imported:synth-ai/tiny-qwen3:copy")
+    assert text == backend_reply(backend, TINY_TEXT)[0]  # the same weights answer the same

@@ -87,6 +87,7 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
         env_keys,
         exports,
         files,
+        imports,
         inference,
         learning,
         rl,
@@ -94,7 +95,7 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
 
     api_deps = [Depends(require_auth)]
     add_keyed_docs(app, api_deps)
-    for module in (files, learning, rl, inference, env_keys, dashboard, exports):
+    for module in (files, learning, rl, inference, env_keys, dashboard, exports, imports):
         app.include_router(module.router, prefix="/api", dependencies=api_deps)
     dashboard.add_pages(app)
 

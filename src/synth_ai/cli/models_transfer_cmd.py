@@ -1,4 +1,5 @@
-"""`synth-ai models export`: a model of the backend as a Hugging Face folder, optionally pushed to the hub."""
+"""`synth-ai models export|import`: a model of the backend out as a Hugging Face folder (optionally pushed to the
+hub), and a folder from elsewhere in as a model jobs can start from."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from synth_ai.cli.app import json_option, output_of
 from synth_ai.cli.remote import backend_option, env_file_option, set_timeout, timeout_option
 
 
-def add_export_command(group: typer.Typer) -> None:
+def add_transfer_commands(group: typer.Typer) -> None:
     @group.command("export")
     def export_model(
         ctx: typer.Context,
@@ -65,3 +66,34 @@ def add_export_command(group: typer.Typer) -> None:
                 o.info(f"Pushed to {doc['hub_url']}")
 
         out.result(doc, human)
+
+    @group.command("import")
+    def import_model(
+        ctx: typer.Context,
+        folder: Path = typer.Argument(..., help="A Hugging Face model folder or a PEFT adapter folder."),
+        name: str = typer.Option(None, "--name", help="The name in its id (default: the folder's name)."),
+        base: str = typer.Option(None, "--base", help="The registry model it is built on (required for a full "
+                                 "model; for an adapter, read from its adapter_config.json)."),
+        backend: str = backend_option(),
+        env_file: list[str] = env_file_option(),
+        timeout: float = timeout_option(),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Register a local folder as `imported:<base>:<name>`, usable as the model of SFT and RL jobs."""
+        from synth_ai.client.connect import open_api
+        from synth_ai.env.backend_url import resolve_backend
+        from synth_ai.env.dotenv_files import load_command_env
+
+        out = output_of(ctx, json_flag)
+        load_command_env(env_file)
+        api, _target = open_api(resolve_backend(backend), say=out.info)
+        set_timeout(api, timeout)
+        body = {"path": str(folder.expanduser().resolve()), "name": name, "base": base}
+        with api.transport:
+            entry = api.transport.post_json("/imports", {k: v for k, v in body.items() if v is not None})
+
+        def human(o) -> None:
+            o.info(f"Imported {folder} as {entry.get('id')} ({entry.get('training') or 'full'}); use it as the "
+                   "model of an SFT or RL job.")
+
+        out.result(entry, human)
