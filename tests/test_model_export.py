@@ -34,15 +34,21 @@ def lora_model(backend, tmp_path_factory) -> str:
     """A LoRA fine-tune of the tiny Qwen3, trained by the backend (a few steps)."""
     with backend.client() as api:
         file_id = upload(api, chat_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", n=8)).json()["id"]
-        job = api.post("/learning/jobs", json=sft_body(file_id, steps=4, train_kind="lora", learning_rate=5e-3))
-        assert job.status_code == 201, job.text
-        job_id = job.json()["id"]
-        api.post(f"/learning/jobs/{job_id}/start", json={})
-        wait_for(lambda: job_status(api, job_id) in {"succeeded", "failed", "cancelled"}, timeout=240, interval=0.5,
-                 what="the LoRA job")
-        done = api.get(f"/learning/jobs/{job_id}").json()
-    assert done["status"] == "succeeded", done
+        done = train(api, sft_body(file_id, steps=4, train_kind="lora", learning_rate=5e-3))
     return done["fine_tuned_model"]
+
+
+def train(api: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    """Create and start an SFT job, wait for its end: the succeeded job."""
+    job = api.post("/learning/jobs", json=body)
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    api.post(f"/learning/jobs/{job_id}/start", json={})
+    wait_for(lambda: job_status(api, job_id) in {"succeeded", "failed", "cancelled"}, timeout=240, interval=0.5,
+             what=f"the job {job_id}")
+    done = api.get(f"/learning/jobs/{job_id}").json()
+    assert done["status"] == "succeeded", done
+    return done
 
 
 @pytest.fixture(autouse=True)
@@ -327,14 +333,7 @@ def test_an_exported_adapter_imports_and_trains_on_as_lora(backend, lora_model, 
         assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "adapter_base_mismatch", wrong.text
         assert {"Qwen/Qwen3-0.6B", "synth-ai/tiny-qwen3"} <= set(wrong.json()["error"]["details"].values())
         # a rank other than the adapter's: continuing the adapter keeps its own
-        job = api.post("/learning/jobs", json=sft_body(file_id, steps=2, model=model_id, lora_rank=original_rank * 2))
-        assert job.status_code == 201, job.text
-        job_id = job.json()["id"]
-        api.post(f"/learning/jobs/{job_id}/start", json={})
-        wait_for(lambda: job_status(api, job_id) in {"succeeded", "failed", "cancelled"}, timeout=240, interval=0.5,
-                 what="the job on the imported adapter")
-        done = api.get(f"/learning/jobs/{job_id}").json()
-    assert done["status"] == "succeeded", done
+        done = train(api, sft_body(file_id, steps=2, model=model_id, lora_rank=original_rank * 2))
     again = export(backend, done["fine_tuned_model"], tmp_path / "continued")
     assert again.exit_code == 0, again.stderr
     assert again.json()["format"] == "peft_adapter" and again.json()["base_model"] == "synth-ai/tiny-qwen3"
@@ -353,3 +352,28 @@ def test_a_full_folder_imports_with_its_base_named(backend, tmp_path):
     assert named.json()["id"] == "imported:synth-ai/tiny-qwen3:copy" and named.json()["training"] == "full"
     text, _ = backend_reply(backend, "imported:synth-ai/tiny-qwen3:copy")
     assert text == backend_reply(backend, TINY_TEXT)[0]  # the same weights answer the same
+
+
+def test_a_qwen3_vl_export_carries_its_processor_files(tiny_models, tmp_path):
+    from transformers import Qwen3VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from backend_support import TINY_VL, link_tiny
+    from synth_ai.backend.store.model_export import build_export, exports_root
+    from synth_ai.backend.store.model_store import ModelStore
+
+    link_tiny(tmp_path / "data", tiny_models)
+    store = ModelStore(tmp_path / "data")
+    manifest = build_export(store, TINY_VL)
+    folder = exports_root(store) / manifest["id"] / "files"
+    names = {f["path"] for f in manifest["files"]}
+    assert {"config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json", "chat_template.jinja",
+            "generation_config.json"} <= names
+    source = store.resolve(TINY_VL)
+    assert (folder / "preprocessor_config.json").read_bytes() == (source / "preprocessor_config.json").read_bytes()
+    assert all(hashlib.sha256((folder / f["path"]).read_bytes()).hexdigest() == f["sha256"] for f in manifest["files"])
+    model = Qwen3VLForConditionalGeneration.from_pretrained(str(folder))
+    assert model.config.vision_config is not None
+    processor = Qwen2VLImageProcessorPil.from_pretrained(str(folder))
+    assert processor.merge_size == json.loads((source / "preprocessor_config.json").read_text())["merge_size"]
+    assert build_export(store, TINY_VL)["id"] == manifest["id"]  # prepared once, reused

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from synth_ai.cli.app import json_option, output_of
-from synth_ai.cli.remote import backend_option, env_file_option, set_timeout, timeout_option
+from synth_ai.cli.remote import backend_option, connect, env_file_option, timeout_option
 
 
 def add_transfer_commands(group: typer.Typer) -> None:
@@ -30,17 +30,14 @@ def add_transfer_commands(group: typer.Typer) -> None:
     ) -> None:
         """Write a model as a folder transformers, peft and vLLM load (LoRA: a PEFT adapter; --merge: full)."""
         from synth_ai.client import hub_push
-        from synth_ai.client.connect import open_api
         from synth_ai.client.model_exports import check_destination, download_export, request_export
-        from synth_ai.env.backend_url import resolve_backend
         from synth_ai.env.dotenv_files import load_command_env
 
         out = output_of(ctx, json_flag)
-        load_command_env(env_file)
+        load_command_env(env_file)  # HF_TOKEN may come from .env: read it before anything is asked of a backend
         check_destination(out_dir, force=force)
         token = hub_push.hub_token() if push_to_hub else None
-        api, _target = open_api(resolve_backend(backend), say=out.info)
-        set_timeout(api, timeout)
+        api = connect(out, backend, env_file, timeout, autostart=True)
         with api.transport:
             manifest = request_export(api, model_id, merge=merge)
             if push_to_hub:
@@ -80,14 +77,8 @@ def add_transfer_commands(group: typer.Typer) -> None:
         json_flag: bool = json_option(),
     ) -> None:
         """Register a local folder as `imported:<base>:<name>`, usable as the model of SFT and RL jobs."""
-        from synth_ai.client.connect import open_api
-        from synth_ai.env.backend_url import resolve_backend
-        from synth_ai.env.dotenv_files import load_command_env
-
         out = output_of(ctx, json_flag)
-        load_command_env(env_file)
-        api, _target = open_api(resolve_backend(backend), say=out.info)
-        set_timeout(api, timeout)
+        api = connect(out, backend, env_file, timeout, autostart=True)
         body = {"path": str(folder.expanduser().resolve()), "name": name, "base": base}
         with api.transport:
             entry = api.transport.post_json("/imports", {k: v for k, v in body.items() if v is not None})
