@@ -105,12 +105,20 @@ def _local_base_id(store: ModelStore, declared: str) -> str | None:
     folder = Path(declared) if declared else None
     if folder is None or not folder.is_absolute() or not (folder / "config.json").exists():
         return None
-    wanted = _weights_digest(folder)
+    size, wanted = _weights_size(folder), None
     for entry in store.list_models():
-        if entry.get("kind") == "base" and entry.get("status") == "ready" and \
-                _weights_digest(Path(entry["path"])) == wanted:
+        candidate = Path(entry["path"])
+        # sizes first: only a base whose weights weigh the same is read whole
+        if entry.get("kind") != "base" or entry.get("status") != "ready" or _weights_size(candidate) != size:
+            continue
+        wanted = wanted or _weights_digest(folder)
+        if _weights_digest(candidate) == wanted:
             return entry["id"]
     return None
+
+
+def _weights_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
 
 
 def _weights_digest(folder: Path) -> str:

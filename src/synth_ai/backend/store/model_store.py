@@ -10,7 +10,8 @@
   `<data_dir>/models/local/<org>/<name>/`, or the Hugging Face cache (offline only: `HF_HUB_OFFLINE=1`, `local_files_only=True`); an absolute path to an
   HF-format folder also works. Missing weights raise `NotFoundError` that says how to make them available.
 - fine-tuned ids (`ft:<base>:<job>`): registered by the trainer in `<data_dir>/models/index.json` (atomic writes
-  under a lock), pointing at the job's final checkpoint folder.
+  under a lock), pointing at the job's final checkpoint folder; imported ones (`imported:<base>:<name>`,
+  `model_import.py`) likewise, pointing at their copy under `<data_dir>/models/imported/`.
 
 No torch import here; `huggingface_hub` is imported only to locate the cache.
 """
