@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from synth_ai.errors import InvalidInputError
 
-FINE_TUNED_PREFIXES: tuple[str, ...] = ("ft", "fft", "qft", "rl")
+FINE_TUNED_PREFIXES: tuple[str, ...] = ("ft", "fft", "qft", "rl", "imported")  # imported: models from elsewhere
 
 TEXT = ("text",)
 TEXT_IMAGE = ("text", "image")
