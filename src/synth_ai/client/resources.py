@@ -81,6 +81,35 @@ class Jobs:
         doc = self.t.get_json(f"{self.prefix}/{job_id}/metrics", params={"after_step": after_step, "limit": limit})
         return list(doc.get("points", [])) if isinstance(doc, dict) else []
 
+    def all_metrics(self, job_id: str, *, after_step: int = -1, page: int = 1000) -> list[dict[str, Any]]:
+        """Every metric point after `after_step`, paged by step (`next_after_step`), each (name, step, phase) once."""
+        from synth_ai.client.follow import next_after_step
+
+        points: list[dict[str, Any]] = []
+        seen: set[tuple[Any, ...]] = set()
+        while True:
+            batch = self.metrics(job_id, after_step=after_step, limit=page)
+            for point in batch:
+                key = (point.get("name"), point.get("step"), point.get("phase"))
+                if key not in seen:
+                    seen.add(key)
+                    points.append(point)
+            following = next_after_step(batch, after_step, page)
+            if len(batch) < page or following <= after_step:
+                return points
+            after_step = following
+
+    def all_events(self, job_id: str, *, since_seq: int = 0, page: int = 1000) -> list[dict[str, Any]]:
+        """Every event after `since_seq`, in order, paged by sequence number."""
+        events: list[dict[str, Any]] = []
+        while True:
+            batch = self.events(job_id, since_seq=since_seq, limit=page)
+            events.extend(batch)
+            seqs = [e["seq"] for e in batch if isinstance(e.get("seq"), int)]
+            if len(batch) < page or not seqs or max(seqs) <= since_seq:
+                return events
+            since_seq = max(seqs)
+
     def stream(self, job_id: str, *, last_event_id: str | None = None, read_timeout: float = 60.0) -> Iterator[str]:
         """The lines of the job's server-sent-events stream (`/events/stream`; the hosted backend has none: 404)."""
         headers = {"Last-Event-ID": last_event_id} if last_event_id else None
