@@ -23,6 +23,22 @@ def job_id_of(created: Any, url: str) -> str:
     raise ServerError(f"{url} created a job but its answer has no job id: {str(created)[:200]}")
 
 
+def next_after_step(page: list[dict[str, Any]], after_step: int, limit: int) -> int:
+    """Where the next metrics page starts (`after_step`: points with a greater step).
+
+    The highest step of a page may be incomplete: points are written one by one while a job runs, and a full page
+    can end inside a step. So the next page starts just before it (its points are read again; callers drop the
+    ones already seen), and only a full page holding nothing but that step moves past it, so paging always ends.
+    """
+    steps = [p["step"] for p in page if isinstance(p.get("step"), int) and p["step"] >= 0]
+    if not steps:
+        return after_step
+    top = max(steps)
+    if top - 1 > after_step or len(page) < limit:
+        return max(after_step, top - 1)
+    return top
+
+
 class Files:
     def __init__(self, transport: Transport) -> None:
         self.t = transport
@@ -83,8 +99,6 @@ class Jobs:
 
     def all_metrics(self, job_id: str, *, after_step: int = -1, page: int = 1000) -> list[dict[str, Any]]:
         """Every metric point after `after_step`, paged by step (`next_after_step`), each (name, step, phase) once."""
-        from synth_ai.client.follow import next_after_step
-
         points: list[dict[str, Any]] = []
         seen: set[tuple[Any, ...]] = set()
         while True:

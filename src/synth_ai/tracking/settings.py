@@ -38,7 +38,8 @@ def resolve_tracking(logging: Mapping[str, Any] | None, *, run_id: str, data_dir
     "synth-ai" when unset), the run name the run id, TensorBoard's folder `<data dir>/tracking/tensorboard/<run id>`
     and W&B's `<data dir>/tracking` unless WANDB_DIR is set."""
     table = dict(logging or {})
-    wanted = report_to if report_to is not None else tuple(table.get("report_to") or ())
+    wanted = report_to if report_to is not None else table.get("report_to") or ()
+    wanted = (wanted,) if isinstance(wanted, str) else tuple(wanted)  # `report_to = "wandb"`, as the config allows
     chosen = tuple(t for t in TRACKERS if t in wanted)  # one of each, in a fixed order
     if not chosen:
         return None
