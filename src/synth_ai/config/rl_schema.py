@@ -28,6 +28,7 @@ from synth_ai.config.fields import (
     Seeds,
     StringList,
 )
+from synth_ai.config.logging_schema import LoggingSection
 
 
 class ServicesSection(BaseModel):
@@ -197,3 +198,5 @@ class RLConfig(BaseModel):
     rubric: RubricSection | None = None
     judge: JudgeSection | None = None
     tags: dict[str, Any] | None = None
+    # experiment trackers (docs/tracking.md)
+    logging: LoggingSection | None = None

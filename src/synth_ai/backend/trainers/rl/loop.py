@@ -40,6 +40,7 @@ from synth_ai.backend.trainers.rl.reward_report import judge_rollouts as _judge
 from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_config
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_settings
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
+from synth_ai.backend.trainers.rl.sample_report import report_samples
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.taskapp_wait import TaskAppWait
 from synth_ai.backend.trainers.rl.types import Rollout
@@ -227,6 +228,7 @@ class GSPORun:
         record.update(reward_extras(settings, rollouts, judged))
         self.history.append(record)
         report_step(self.reporter, settings, record, evaluated)
+        report_samples(self.reporter, it, rollouts, self.trainer.tokenizer)  # for the trackers, when any
         done = it + 1
         if done % settings.checkpoint_interval == 0 and done != settings.iterations:
             path = self.trainer.checkpoint(done, self.history, self.last_eval)
