@@ -7,6 +7,10 @@ import importlib.util
 
 import pytest
 
+from synth_ai.backend.inference.vllm_options import (
+    DEFAULT_CPU_KV_CACHE_BYTES,
+    cpu_attention_head_sizes,
+)
 from synth_ai.backend.trainers.rl.engine_choice import (
     DEFAULT_GPU_MEMORY,
     VllmOptions,
@@ -15,7 +19,6 @@ from synth_ai.backend.trainers.rl.engine_choice import (
     refuse_unrunnable_vllm,
     vllm_options,
 )
-from synth_ai.backend.inference.vllm_options import DEFAULT_CPU_KV_CACHE_BYTES, cpu_attention_head_sizes
 from synth_ai.errors import InvalidInputError, UnavailableError
 
 

@@ -34,7 +34,11 @@ from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel
 from synth_ai.backend.inference.policy_server import LocalPolicyServer, _NoStore
 from synth_ai.backend.inference.runner import completion
-from synth_ai.backend.inference.vllm_options import VLLM_INSTALL_HINT, VllmOptions, llm_kwargs
+from synth_ai.backend.inference.vllm_options import (
+    VLLM_INSTALL_HINT,
+    VllmOptions,
+    llm_kwargs,
+)
 from synth_ai.errors import InvalidInputError, UnavailableError
 
 try:
@@ -99,7 +103,7 @@ class _VllmRunner:
         for i, (job, encoded) in enumerate(ready):
             try:
                 job.result = completion(job, encoded, [row for row in rows if row.request == i])
-            except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
+            except Exception as exc:  # this caller's error, not the batch's
                 job.error = exc
 
     def _sample(self, rows: list[generation.Row], prompts: list[dict[str, Any]]) -> Exception | None:
@@ -110,7 +114,7 @@ class _VllmRunner:
                                         use_tqdm=False)
         except REFUSALS as exc:  # vLLM's checks of a request
             return exc
-        except Exception as exc:  # noqa: BLE001 - anything else leaves vLLM's in-process engine unusable
+        except Exception as exc:  # anything else leaves vLLM's in-process engine unusable
             self.failure = RolloutEngineLost(f"the vLLM engine failed while sampling: {type(exc).__name__}: {exc}",
                                              hint="The job resumes from its last checkpoint in a new worker while "
                                                   "attempts are left.")
@@ -132,7 +136,7 @@ class _VllmRunner:
                     f"{self.max_model_len}, which must hold the prompt and at least one sampled token.",
                     hint="Shorten the prompt, or raise [vllm].max_model_len.")
             return encoded
-        except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
+        except Exception as exc:  # this caller's error, not the batch's
             job.error = exc
             return None
 

@@ -126,7 +126,10 @@ def require_executor(backend: Backend, kind: str, model: str, payload: dict[str,
 def _require_runnable_vllm(backend: Backend, model: str, payload: dict[str, Any]) -> None:
     """An RL job sampling through vLLM on this machine: vLLM installed, and able to run this model here."""
     from synth_ai.backend.executors.placement import local_gpu_count
-    from synth_ai.backend.trainers.rl.engine_choice import model_config_here, refuse_unrunnable_vllm
+    from synth_ai.backend.trainers.rl.engine_choice import (
+        model_config_here,
+        refuse_unrunnable_vllm,
+    )
     from synth_ai.errors import SynthError
 
     try:
