@@ -21,22 +21,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from inference import (  # the inference bench's prompts; it also puts src/ on sys.path
+    PROMPTS,
+    REPO,
+)
+
 DATA_DIR = REPO / "bench" / ".cache" / "vllm-data"
 MODEL_ID = "synth-ai/random-qwen3-34m"
-PROMPTS = ["What is 3 plus 4?", "Tell me a short story about a fox.", "Count: one two three", "What color is the sky?",
-           "Name a city in France.", "What is 10 minus 2?", "Describe the sea.", "Why is grass green?"]
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(REPO / "src"))
 
 
 def side(name: str, requests: int, clients: int, max_tokens: int) -> dict[str, float]:

@@ -59,6 +59,27 @@ def _trainer_logprobs(model, tokenizer, sampled) -> list[float]:
         return completion_logprobs(decoder, lm_head, batch)[0, :len(sampled.completion_ids)].tolist()
 
 
+def test_the_hd64_model_is_the_tiny_recipe_at_a_head_size_vllm_runs(tmp_path_factory: pytest.TempPathFactory):
+    import json
+
+    from synth_ai.backend.inference.vllm_options import cpu_refusal
+    from synth_ai.backend.store.model_store import ModelStore
+
+    path = hd64_model(tmp_path_factory)
+    config = json.loads((path / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3ForCausalLM"] and config["vocab_size"] == 1024
+    shape = {k: config[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                    "intermediate_size", "num_hidden_layers")}
+    assert shape == {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
+                     "intermediate_size": 256, "num_hidden_layers": 2}
+    assert cpu_refusal(config) is None and cpu_refusal({"head_dim": 16}) is not None
+    card = json.loads((path / "synth_model.json").read_text())
+    assert card["model_id"] == "synth-ai/tiny-qwen3-hd64" and card["tiny"] is True
+    assert card["pretrain_loss_final"] < card["pretrain_loss_first"] - 3  # pretrained like the tiny model
+    listed = {m["id"]: m for m in ModelStore(path.parents[2]).list_models()}
+    assert listed["synth-ai/tiny-qwen3-hd64"]["status"] == "ready"
+
+
 def test_vllm_logprobs_are_the_trainers_after_a_weight_sync(engine):
     server, url, model, tokenizer = engine
     generator = torch.Generator().manual_seed(3)

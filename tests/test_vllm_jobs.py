@@ -37,16 +37,13 @@ def backend(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def app(backend):
-    before = os.environ.get("ENVIRONMENT_API_KEY")
-    os.environ["ENVIRONMENT_API_KEY"] = ENV_KEY  # the key the task app accepts
-    try:
-        with running_app(quiz_app()) as url:
-            yield url
-    finally:
-        if before is None:
-            os.environ.pop("ENVIRONMENT_API_KEY", None)
-        else:
-            os.environ["ENVIRONMENT_API_KEY"] = before
+    with running_app(quiz_app()) as url:
+        yield url
+
+
+@pytest.fixture(autouse=True)
+def env_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)  # the key the task app accepts (read per request)
 
 
 def vllm_body(task_url: str, *, model: str = TINY_HD64, vllm: dict[str, Any] | None = None,
@@ -56,6 +53,12 @@ def vllm_body(task_url: str, *, model: str = TINY_HD64, vllm: dict[str, Any] | N
     doc = config(tables=tables, **training)
     doc["model"]["base"] = model
     return {"job_type": "rl", "data": {"endpoint_base_url": task_url, "config": doc, "base_model": model}}
+
+
+def create(api: Any, body: dict[str, Any]) -> str:
+    answer = api.post("/rl/jobs", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"]
 
 
 def events(api: Any, job_id: str) -> list[dict[str, Any]]:
@@ -72,8 +75,7 @@ def engines(log: list[dict[str, Any]]) -> list[str]:
 
 def test_gspo_samples_with_vllm_and_the_reward_rises(backend, app):
     with backend.client() as api:
-        job_id = api.post("/rl/jobs", json=vllm_body(app, batch_size=4, group_size=8, iterations_per_epoch=6)
-                          ).json()["id"]
+        job_id = create(api, vllm_body(app, batch_size=4, group_size=8, iterations_per_epoch=6))
         wait_for(lambda: status(api, job_id) in TERMINAL, timeout=600, interval=0.5, what="the vLLM job")
         job, log = api.get(f"/rl/jobs/{job_id}").json(), events(api, job_id)
         assert job["status"] == "succeeded", (job, log[-5:])
@@ -87,8 +89,7 @@ def test_gspo_samples_with_vllm_and_the_reward_rises(backend, app):
 
 def test_a_killed_worker_resumes_with_vllm_from_the_checkpoint_then_cancels(backend, app):
     with backend.client() as api:
-        job_id = api.post("/rl/jobs", json=vllm_body(app, iterations_per_epoch=200, checkpoint_interval=2)
-                          ).json()["id"]
+        job_id = create(api, vllm_body(app, iterations_per_epoch=200, checkpoint_interval=2))
         wait_for(lambda: any(e["type"] == "rl.checkpoint.saved" for e in events(api, job_id)), timeout=300,
                  interval=0.5, what="a checkpoint")
         started = next(e for e in events(api, job_id) if e["data"].get("pid") and e["data"].get("attempt") == 1)
