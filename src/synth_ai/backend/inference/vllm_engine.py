@@ -194,7 +194,7 @@ class VllmPolicyServer(LocalPolicyServer):
         try:
             weights = list(_plain_weights(model, peft))
             try:  # in checkpoint format: vLLM maps the names and re-packs each layer for its kernels
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
                                                                   "is_checkpoint_format": True})
             except AttributeError:  # older vLLM (no reload_weights): straight into the model, GPU layouts only
                 self.llm.apply_model(lambda target: target.load_weights(_owned(weights)))
