@@ -103,7 +103,7 @@ class _VllmRunner:
         for i, (job, encoded) in enumerate(ready):
             try:
                 job.result = completion(job, encoded, [row for row in rows if row.request == i])
-            except Exception as exc:  # this caller's error, not the batch's
+            except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
                 job.error = exc
 
     def _sample(self, rows: list[generation.Row], prompts: list[dict[str, Any]]) -> Exception | None:
@@ -136,7 +136,7 @@ class _VllmRunner:
                     f"{self.max_model_len}, which must hold the prompt and at least one sampled token.",
                     hint="Shorten the prompt, or raise [vllm].max_model_len.")
             return encoded
-        except Exception as exc:  # this caller's error, not the batch's
+        except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
             job.error = exc
             return None
 

@@ -136,7 +136,7 @@ def model_config_here(model_id: str, store: Any) -> dict[str, Any] | None:
             return {"head_dim": recipe.head_dim}
     try:
         return json.loads((store.resolve(model_id) / "config.json").read_text())
-    except Exception:  # not on this machine, or unreadable: the model's own check speaks
+    except Exception:  # noqa: BLE001 - not on this machine, or unreadable: the model's own check speaks
         return None
 
 
