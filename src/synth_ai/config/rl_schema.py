@@ -43,6 +43,7 @@ class VllmSection(BaseModel):
     max_model_len: PositiveInt | None = None
     gpu_memory_utilization: PositiveFloat | None = None
     limit_mm_per_prompt: dict[str, int] | None = None
+    kv_cache_memory_bytes: PositiveInt | None = None
 
 
 class ReferenceSection(BaseModel):

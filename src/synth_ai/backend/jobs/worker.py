@@ -30,6 +30,7 @@ from synth_ai.backend.jobs.process_contract import (  # noqa: F401 - EXIT_* and 
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_RESUME,
     PARENT_ENV,
     die_with_parent,
 )
@@ -239,6 +240,10 @@ def _run_claimed(settings: BackendSettings, db: Database, store: J.JobStore, job
         if stop.terminated.is_set() or stop.parent_gone():
             return _interrupted(store, job_id, reporter, stop.why())
         reason = _reason(exc)
+        if getattr(exc, "resume_in_new_worker", False):  # the scheduler requeues it (process_contract.EXIT_RESUME)
+            traceback.print_exc()
+            print(f"worker: attempt {job['attempts']} ended: {reason}", file=sys.stderr, flush=True)
+            return EXIT_RESUME
         store.transition(job_id, "failed", only_from={"running"}, error=reason,
                          event=(J.EV_FAILED, f"Job failed: {reason}",
                                 {"reason": reason, "error_type": type(exc).__name__,

@@ -2,10 +2,11 @@
 
 `ModelStore(data_dir)` maps a model id to a local Hugging Face-format folder:
 
-- `synth-ai/tiny-qwen3`, `synth-ai/tiny-qwen3-vl`: built deterministically on first use (`ml/tiny.py`) into
-  `<data_dir>/models/tiny/<name>-r<recipe>/`; `synth-ai/random-qwen3-34m` (random weights, for benches: `ml/mid.py`)
-  likewise into `<data_dir>/models/built/<name>-r<recipe>/`. A build runs under a file lock in a temp folder that is
-  renamed into place, so two processes asking at once build once and nobody sees half a model.
+- `synth-ai/tiny-qwen3`, `synth-ai/tiny-qwen3-vl`, `synth-ai/tiny-qwen3-hd64`: built deterministically on first
+  use (`ml/tiny.py`) into `<data_dir>/models/tiny/<name>-r<recipe>/`; `synth-ai/random-qwen3-34m` (random weights,
+  for benches: `ml/mid.py`) likewise into `<data_dir>/models/built/<name>-r<recipe>/`. A build runs under a file
+  lock in a temp folder that is renamed into place, so two processes asking at once build once and nobody sees half
+  a model.
 - real ids (`Qwen/Qwen3-0.6B`, `Qwen/Qwen3-VL-2B-Instruct`, ...): a folder under
   `<data_dir>/models/local/<org>/<name>/`, or the Hugging Face cache (offline only: `HF_HUB_OFFLINE=1`, `local_files_only=True`); an absolute path to an
   HF-format folder also works. Missing weights raise `NotFoundError` that says how to make them available.
@@ -195,7 +196,7 @@ class ModelStore:
         if model_id == tiny.TINY_VL_ID:
             text_dir = self.ensure_tiny(tiny.TINY_TEXT_ID, recipe)
             return self._build_once(target, lambda staging: tiny.build_vl(staging, text_dir, **kwargs))
-        return self._build_once(target, lambda staging: tiny.build_text(staging, **kwargs))
+        return self._build_once(target, lambda staging: tiny.build_text(staging, model_id=model_id, **kwargs))
 
     def ensure_mid(self, model_id: str, recipe: Any = None) -> Path:
         """Build the mid-size bench model once, the way `ensure_tiny` builds a tiny one."""

@@ -165,6 +165,8 @@ class GSPORun:
         if settings.eval_every and it % settings.eval_every == 0:
             self.last_eval = evaluated = _evaluate(self.runner, settings, self.reporter, it, self.dp, self.wait)
         collected = self._collect_rollouts(it)
+        if getattr(self.engine, "failure", None) is not None:  # the vLLM engine died: this attempt ends here
+            raise self.engine.failure
         rollouts = collected.rollouts
         report_dropped_images(self.reporter, self.engine, settings, it, self.dp)
         failed = [r for r in rollouts if not r.ok]
