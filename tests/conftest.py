@@ -98,6 +98,20 @@ def tiny_text_models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
 
 
+@pytest.fixture(scope="session")
+def require_vllm() -> None:
+    """For tests that need vLLM: skipped where it is not installed, unless SYNTH_REQUIRE_VLLM=1 (CI, after
+    `./scripts/bootstrap.sh --vllm`) makes that a failure."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    reason = "vLLM is not installed (./scripts/bootstrap.sh --vllm installs it)"
+    if os.environ.get("SYNTH_REQUIRE_VLLM", "").strip() == "1":
+        pytest.fail(f"{reason}, and SYNTH_REQUIRE_VLLM=1 requires it")
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -15,7 +15,6 @@ data-parallel job is not done).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from typing import Any
 
@@ -24,6 +23,7 @@ from synth_ai.backend.inference.vllm_options import (  # noqa: F401 - llm_kwargs
     VLLM_INSTALL_HINT,
     VllmOptions,
     llm_kwargs,
+    vllm_installed,
 )
 from synth_ai.errors import InvalidInputError, UnavailableError
 
@@ -57,13 +57,6 @@ def vllm_options(spec: dict[str, Any]) -> VllmOptions | None:
     return VllmOptions(tensor_parallel_size=positive("tensor_parallel_size", 1),
                        max_model_len=positive("max_model_len", None), gpu_memory_utilization=float(memory),
                        limit_mm_per_prompt=dict(limits) if limits else None)
-
-
-def vllm_installed() -> bool:
-    try:
-        return importlib.util.find_spec("vllm") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def choose_engine(options: VllmOptions | None, *, cuda: bool, installed: bool, requested: str | None = None,
