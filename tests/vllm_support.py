@@ -26,7 +26,8 @@ def build_head64_qwen3(folder: Path) -> Path:
     tokenizer = train_tokenizer(TinyRecipe(tokenizer_conversations=300))
     config = Qwen3Config(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=2048,
-                         tie_word_embeddings=True, **special_token_ids(tokenizer))
+                         tie_word_embeddings=True, initializer_range=0.2,
+                         **special_token_ids(tokenizer))  # peaked logits: a change of weights shows in samples
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config)
     model.generation_config = generation_config_for(tokenizer)
