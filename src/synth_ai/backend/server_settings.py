@@ -195,17 +195,22 @@ def check_executor_name(name: str) -> str:
 
 def check_inference_engine(name: str) -> str:
     """SYNTH_AI_INFERENCE_ENGINE's value, checked: a known engine, and vLLM installed when it is vllm."""
-    from synth_ai.backend.inference.vllm_options import CPU_INSTALL_COMMAND, GPU_INSTALL_COMMAND, vllm_installed
+    import importlib.util
 
     variable = ENV_VARS["inference_engine"][0]
     value = (name or "builtin").strip().lower()
     if value not in INFERENCE_ENGINES:
         raise InvalidInputError(f"{variable}={name!r} is not an inference engine.",
                                 hint=f"Use one of: {', '.join(INFERENCE_ENGINES)}.")
-    if value == "vllm" and not vllm_installed():
+    try:
+        installed = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        installed = False
+    if value == "vllm" and not installed:  # the commands are vllm_options' (a layer above this module)
         raise InvalidInputError(f"{variable}=vllm, but vLLM is not installed in this backend's environment.",
-                                hint=f"On a CPU machine run {CPU_INSTALL_COMMAND}; on a GPU machine "
-                                     f"{GPU_INSTALL_COMMAND}. Or unset {variable} to serve with the built-in engine.")
+                                hint="On a CPU machine run ./scripts/bootstrap.sh --vllm; on a GPU machine pip "
+                                     f"install 'synth-ai[vllm]'. Or unset {variable} to serve with the built-in "
+                                     "engine.")
     return value
 
 

@@ -137,7 +137,10 @@ class _ServingRunner(_VllmRunner):
                     job.error = exc
                 return
             self.adapter = route.adapter
-            self._generate(jobs)
+            try:
+                self._generate(jobs)
+            finally:  # only the engine holds the LLM between generates: a swap must free it (vLLM's teardown of
+                self.llm = None  # a dropped engine resets process-wide state the next one uses)
 
 
 def _start_llm(base: Path, max_lora_rank: int, model_id: str, *, cpu: bool) -> Any:
@@ -149,16 +152,18 @@ def _start_llm(base: Path, max_lora_rank: int, model_id: str, *, cpu: bool) -> A
         kwargs.update(dtype="float32", enforce_eager=True)
     if max_lora_rank:
         kwargs.update(vllm_lora.lora_llm_kwargs(max_lora_rank))
-    llm = None
+    llm, reason = None, None
     try:
         llm = vllm.LLM(**kwargs)
         llm.generate([{"prompt_token_ids": [0]}], vllm.SamplingParams(max_tokens=1), use_tqdm=False)
     except Exception as exc:  # noqa: BLE001 - vLLM's reason goes to the caller, not a traceback
-        del llm
-        gc.collect()
-        raise InvalidInputError(f"vLLM cannot run {model_id}: {_reason(exc)}",
-                                hint="Serve it with the built-in engine (SYNTH_AI_INFERENCE_ENGINE=builtin).") from None
-    return llm
+        reason = _reason(exc)
+    if reason is None:
+        return llm
+    llm = None
+    gc.collect()  # the failed engine is torn down now (the exception's frames no longer hold it), not later
+    raise InvalidInputError(f"vLLM cannot run {model_id}: {reason}",
+                            hint="Serve it with the built-in engine (SYNTH_AI_INFERENCE_ENGINE=builtin).")
 
 
 def _model_facts(base: Path) -> Any:
