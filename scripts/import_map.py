@@ -67,8 +67,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("taskapp", "Task apps and tracing", "the task-app SDK and server, trace recording",
           ("synth_ai.taskapp", "synth_ai.tracing")),
     Layer("shared", "Shared definitions", "what client and backend agree on: config files, dataset rules, the model "
-          "registry, env and key files",
-          ("synth_ai.config", "synth_ai.datasets", "synth_ai.models", "synth_ai.env")),
+          "registry, env and key files, experiment trackers",
+          ("synth_ai.config", "synth_ai.datasets", "synth_ai.models", "synth_ai.env", "synth_ai.tracking")),
     Layer("foundation", "Foundation", "small helpers any layer may use: errors and exit codes, files, JSON, "
           "loopback HTTP, URLs, ports, processes, charts, time",
           ("synth_ai.errors", "synth_ai.fsutil", "synth_ai.lean_json", "synth_ai.loopback_http", "synth_ai.charts",

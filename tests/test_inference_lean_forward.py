@@ -44,6 +44,7 @@ def _compare(model: Any, lengths: list[int], steps: int = 4) -> None:
     from transformers import DynamicCache
 
     from synth_ai.backend.inference.lean_forward import lean_decoder
+    from synth_ai.backend.ml.loading import cache_argument
 
     lean = lean_decoder(model)
     assert lean is not None
@@ -52,8 +53,8 @@ def _compare(model: Any, lengths: list[int], steps: int = 4) -> None:
     with torch.inference_mode():
         for step in range(steps):  # the prefill, then decoding steps
             got = lean.last_logits(ids, mask, positions, ours)
-            want = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=theirs, use_cache=True,
-                         logits_to_keep=1).logits[:, -1, :]
+            want = model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_argument(theirs),
+                         use_cache=True, logits_to_keep=1).logits[:, -1, :]
             assert torch.equal(got, want), f"step {step}: logits differ by {float((got - want).abs().max())}"
             for a, b in zip(ours.layers, theirs.layers):
                 assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)

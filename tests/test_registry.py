@@ -78,7 +78,8 @@ def test_qwen3_vl_is_text_and_image():
 
 def test_local_models_have_their_own_ids():
     local = {m.id: m for m in all_models() if m.is_local}
-    assert set(local) == {"synth-ai/tiny-qwen3", "synth-ai/tiny-qwen3-vl", "synth-ai/random-qwen3-34m"}
+    assert set(local) == {"synth-ai/tiny-qwen3", "synth-ai/tiny-qwen3-vl", "synth-ai/tiny-qwen3-hd64",
+                          "synth-ai/random-qwen3-34m"}
     assert local["synth-ai/tiny-qwen3-vl"].supports_vision and not local["synth-ai/tiny-qwen3"].supports_vision
     assert not any(m.id.startswith("Qwen/") for m in local.values())
 

@@ -26,7 +26,8 @@ from pathlib import Path
 from synth_ai.env.backend_url import DEFAULT_EMBEDDED_PORT
 from synth_ai.errors import InvalidInputError
 
-EXECUTORS = ("local", "torchrun", "modal")  # the names `--executor` takes; backend/executors registers one of each
+EXECUTORS = ("local", "torchrun", "modal")
+INFERENCE_ENGINES = ("builtin", "vllm")  # SYNTH_AI_INFERENCE_ENGINE: what samples /api/inference  # the names `--executor` takes; backend/executors registers one of each
 MODAL_TOKEN_HINT = ("Give this backend a Modal token: run `modal token set --token-id … --token-secret …` (or "
                     "`modal token new`), or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in the backend's environment, "
                     "then restart it with `synth-ai backend serve --executor modal`.")
@@ -51,6 +52,10 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "warm_worker": ("SYNTH_AI_BACKEND_WARM_WORKER",
                     "1: keep one worker process with the training stack imported, so a job's first step comes in "
                     "seconds (about 400 MB of memory while it waits); 0: every job starts a fresh process."),
+    "inference_engine": ("SYNTH_AI_INFERENCE_ENGINE",
+                         "What samples /api/inference (and so `synth-ai eval` against this backend): builtin (the "
+                         "backend's own engine) or vllm (vLLM, as RL rollouts with a [vllm] table; needs vLLM: "
+                         "./scripts/bootstrap.sh --vllm on a CPU machine). See docs/scale.md."),
     "executor": ("SYNTH_AI_BACKEND_EXECUTOR",
                  "What runs jobs: local (one worker process), torchrun (the worker over N local processes, "
                  "data-parallel SFT) or modal (Modal GPUs; needs a Modal token). See docs/scale.md."),
@@ -96,6 +101,7 @@ class BackendSettings:
     warm_worker: bool = True
     traces: list[Path] = field(default_factory=list)
     executor: str = "local"
+    inference_engine: str = "builtin"
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -119,6 +125,7 @@ class BackendSettings:
             warm_worker=_env_bool(ENV_VARS["warm_worker"][0], True),
             traces=_trace_paths(traces),
             executor=check_executor_name(executor or os.environ.get(ENV_VARS["executor"][0], "") or "local"),
+            inference_engine=check_inference_engine(os.environ.get(ENV_VARS["inference_engine"][0], "")),
         )
 
     # Layout -------------------------------------------------------------------------------------------------
@@ -183,6 +190,27 @@ def check_executor_name(name: str) -> str:
     if value == "modal" and not modal_token_configured():
         raise InvalidInputError("The modal executor needs a Modal token, and this backend has none.",
                                 hint=MODAL_TOKEN_HINT)
+    return value
+
+
+def check_inference_engine(name: str) -> str:
+    """SYNTH_AI_INFERENCE_ENGINE's value, checked: a known engine, and vLLM installed when it is vllm."""
+    import importlib.util
+
+    variable = ENV_VARS["inference_engine"][0]
+    value = (name or "builtin").strip().lower()
+    if value not in INFERENCE_ENGINES:
+        raise InvalidInputError(f"{variable}={name!r} is not an inference engine.",
+                                hint=f"Use one of: {', '.join(INFERENCE_ENGINES)}.")
+    try:
+        installed = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        installed = False
+    if value == "vllm" and not installed:  # the commands are vllm_options' (a layer above this module)
+        raise InvalidInputError(f"{variable}=vllm, but vLLM is not installed in this backend's environment.",
+                                hint="On a CPU machine run ./scripts/bootstrap.sh --vllm; on a GPU machine pip "
+                                     f"install 'synth-ai[vllm]'. Or unset {variable} to serve with the built-in "
+                                     "engine.")
     return value
 
 

@@ -1,4 +1,4 @@
-"""`synth-ai jobs list|get|events|follow|metrics|cancel`: look at and control training jobs on a backend.
+"""`synth-ai jobs list|get|events|follow|metrics|cancel|log`: look at and control training jobs on a backend.
 
 A job id says its family (`job_…` SFT, `rljob_…` RL), so the commands on one job need no `--kind`; an id of another
 shape is looked up under `/learning/jobs`, then `/rl/jobs` (`SynthAPI.families_for`)."""
@@ -101,7 +101,7 @@ def _follow(out, jobs, job_id: str, poll_interval: float, poll_timeout: float, s
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Training jobs: list, inspect, follow and cancel.", no_args_is_help=True)
+    group = typer.Typer(help="Training jobs: list, inspect, follow, cancel, and log to experiment trackers.", no_args_is_help=True)
 
     @group.command("list")
     def list_jobs(
@@ -211,28 +211,12 @@ def register(app: typer.Typer) -> None:
         json_flag: bool = json_option(),
     ) -> None:
         """Print a job's metric points (train.loss, val.loss, learning_rate, ...), or plot them with --plot."""
-        from synth_ai.client.follow import next_after_step
-
         out = output_of(ctx, json_flag)
         if plot is not None:
             _check_can_plot(plot)
         with _api_of(out, backend, env_file, timeout) as api:
-            families = api.families_for(job_id, _kind_name(kind))
-            points: list[dict] = []
-            seen: set[tuple] = set()
-            while True:  # page by step: the API returns at most `limit` points per call
-                jobs, page = _first_that_knows(families, lambda family, after=after_step: family.metrics(
-                    job_id, after_step=after, limit=1000))
-                families = (jobs,)
-                for point in page:
-                    key = (point.get("name"), point.get("step"), point.get("phase"))
-                    if key not in seen:
-                        seen.add(key)
-                        points.append(point)
-                following = next_after_step(page, after_step, 1000)
-                if len(page) < 1000 or following <= after_step:
-                    break
-                after_step = following
+            jobs, points = _first_that_knows(api.families_for(job_id, _kind_name(kind)),
+                                             lambda family: family.all_metrics(job_id, after_step=after_step))
         if name:
             points = [p for p in points if p.get("name") == name]
         doc: dict = {"job_id": job_id, "points": points}
@@ -264,4 +248,7 @@ def register(app: typer.Typer) -> None:
         status = doc.get("status", "cancel requested") if isinstance(doc, dict) else doc
         out.result(doc, lambda o: o.info(f"Job {job_id}: {status}"))
 
+    from synth_ai.cli.jobs_log_cmd import register_log
+
+    register_log(group, JobKind, _kind_option, _kind_name, _api_of, _first_that_knows)
     app.add_typer(group, name="jobs")

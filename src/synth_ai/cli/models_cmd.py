@@ -1,4 +1,4 @@
-"""`synth-ai models list|get`: the model registry."""
+"""`synth-ai models list|get|export|import`: the model registry, and models in and out of the backend."""
 
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ def register(app: typer.Typer) -> None:
             )
             if source:
                 o.table(["fine_tuned_model", "base_model", "job_id", "created_at"],
-                        [[f.get("id"), f.get("base_model"), f.get("job_id"), f.get("created_at")] for f in fine_tuned],
-                        title=f"Fine-tuned models on {source}")
+                        [[f.get("id"), f.get("base_model"), f.get("job_id") or f.get("kind"), f.get("created_at")]
+                         for f in fine_tuned],
+                        title=f"Fine-tuned and imported models on {source}")
 
         result = {"models": docs}
         if source:
@@ -79,6 +80,9 @@ def register(app: typer.Typer) -> None:
 
         out.result(doc, human)
 
+    from synth_ai.cli.models_transfer_cmd import add_transfer_commands
+
+    add_transfer_commands(group)
     app.add_typer(group, name="models")
 
 
@@ -105,5 +109,5 @@ def _fine_tuned_models(out, backend_flag: str | None, timeout: float | None) -> 
         out.warn(f"fine-tuned models of {target.api_base} not listed: {exc.message}")
         return [], None
     rows = doc.get("data", []) if isinstance(doc, dict) else list(doc or [])
-    return [r for r in rows if r.get("kind") == "fine_tuned" or str(r.get("id", "")).startswith(
-        ("ft:", "fft:", "qft:", "rl:"))], target.api_base
+    return [r for r in rows if r.get("kind") in ("fine_tuned", "imported") or str(r.get("id", "")).startswith(
+        ("ft:", "fft:", "qft:", "rl:", "imported:"))], target.api_base

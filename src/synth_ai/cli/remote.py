@@ -27,12 +27,15 @@ def set_timeout(api, timeout: float | None) -> None:
         api.transport.set_deadline(timeout, f"--timeout {timeout:g} s")
 
 
-def connect(out, backend: str | None, env_files: list[str] | None = None, timeout: float | None = None):
+def connect(out, backend: str | None, env_files: list[str] | None = None, timeout: float | None = None, *,
+            autostart: bool = False):
+    """The API of the command's backend; `autostart`: start the embedded backend when it is the target and none
+    runs (commands that need what only the backend has: its models)."""
     from synth_ai.client.connect import open_api
     from synth_ai.env.backend_url import resolve_backend
     from synth_ai.env.dotenv_files import load_command_env
 
     load_command_env(env_files)
-    api, _ = open_api(resolve_backend(backend), say=out.info, autostart=False)
+    api, _ = open_api(resolve_backend(backend), say=out.info, autostart=autostart)
     set_timeout(api, timeout)
     return api

@@ -30,26 +30,10 @@ from synth_ai.client.follow_common import (
     read_end,
     status_text,
 )
-from synth_ai.client.resources import Jobs
+from synth_ai.client.resources import Jobs, next_after_step
 
 EVENTS_PAGE = 200
 METRICS_PAGE = 200
-
-
-def next_after_step(page: list[dict[str, Any]], after_step: int, limit: int) -> int:
-    """Where the next metrics page starts (`after_step`: points with a greater step).
-
-    The highest step of a page may be incomplete: points are written one by one while a job runs, and a full page
-    can end inside a step. So the next page starts just before it (its points are read again; callers drop the
-    ones already seen), and only a full page holding nothing but that step moves past it, so paging always ends.
-    """
-    steps = [p["step"] for p in page if isinstance(p.get("step"), int) and p["step"] >= 0]
-    if not steps:
-        return after_step
-    top = max(steps)
-    if top - 1 > after_step or len(page) < limit:
-        return max(after_step, top - 1)
-    return top
 
 
 def follow_job(

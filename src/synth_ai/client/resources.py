@@ -23,6 +23,22 @@ def job_id_of(created: Any, url: str) -> str:
     raise ServerError(f"{url} created a job but its answer has no job id: {str(created)[:200]}")
 
 
+def next_after_step(page: list[dict[str, Any]], after_step: int, limit: int) -> int:
+    """Where the next metrics page starts (`after_step`: points with a greater step).
+
+    The highest step of a page may be incomplete: points are written one by one while a job runs, and a full page
+    can end inside a step. So the next page starts just before it (its points are read again; callers drop the
+    ones already seen), and only a full page holding nothing but that step moves past it, so paging always ends.
+    """
+    steps = [p["step"] for p in page if isinstance(p.get("step"), int) and p["step"] >= 0]
+    if not steps:
+        return after_step
+    top = max(steps)
+    if top - 1 > after_step or len(page) < limit:
+        return max(after_step, top - 1)
+    return top
+
+
 class Files:
     def __init__(self, transport: Transport) -> None:
         self.t = transport
@@ -80,6 +96,33 @@ class Jobs:
     def metrics(self, job_id: str, *, after_step: int = -1, limit: int = 200) -> list[dict[str, Any]]:
         doc = self.t.get_json(f"{self.prefix}/{job_id}/metrics", params={"after_step": after_step, "limit": limit})
         return list(doc.get("points", [])) if isinstance(doc, dict) else []
+
+    def all_metrics(self, job_id: str, *, after_step: int = -1, page: int = 1000) -> list[dict[str, Any]]:
+        """Every metric point after `after_step`, paged by step (`next_after_step`), each (name, step, phase) once."""
+        points: list[dict[str, Any]] = []
+        seen: set[tuple[Any, ...]] = set()
+        while True:
+            batch = self.metrics(job_id, after_step=after_step, limit=page)
+            for point in batch:
+                key = (point.get("name"), point.get("step"), point.get("phase"))
+                if key not in seen:
+                    seen.add(key)
+                    points.append(point)
+            following = next_after_step(batch, after_step, page)
+            if len(batch) < page or following <= after_step:
+                return points
+            after_step = following
+
+    def all_events(self, job_id: str, *, since_seq: int = 0, page: int = 1000) -> list[dict[str, Any]]:
+        """Every event after `since_seq`, in order, paged by sequence number."""
+        events: list[dict[str, Any]] = []
+        while True:
+            batch = self.events(job_id, since_seq=since_seq, limit=page)
+            events.extend(batch)
+            seqs = [e["seq"] for e in batch if isinstance(e.get("seq"), int)]
+            if len(batch) < page or not seqs or max(seqs) <= since_seq:
+                return events
+            since_seq = max(seqs)
 
     def stream(self, job_id: str, *, last_event_id: str | None = None, read_timeout: float = 60.0) -> Iterator[str]:
         """The lines of the job's server-sent-events stream (`/events/stream`; the hosted backend has none: 404)."""

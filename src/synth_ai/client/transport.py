@@ -24,6 +24,7 @@ import email.utils
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,6 +286,24 @@ class Transport:
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise NetworkError(f"The stream from {self.api_base} broke ({type(exc).__name__}).") from None
 
+
+    @contextmanager
+    def download(self, path: str, *, offset: int = 0) -> Iterator[tuple[httpx.Response, Iterator[bytes]]]:
+        """GET a file as a byte stream from `offset` (`Range: bytes=N-`; the reply's 206 or 200 says whether the
+        server skipped ahead). Not retried here: a broken stream is a NetworkError, and the caller resumes from
+        the bytes it has."""
+        headers = {"Accept": "application/octet-stream", **({"Range": f"bytes={offset}-"} if offset else {})}
+        try:
+            with self._http.stream("GET", path, headers=headers,
+                                   timeout=self._attempt_timeout(None, "GET", path)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self.check_identity(response)
+                    raise _status_error("GET", self.url(path), response)
+                yield response, response.iter_bytes()
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            raise NetworkError(f"The download of {self.url(path)} broke ({type(exc).__name__}).",
+                               details={"url": self.url(path)}) from None
 
 def _cut(limit: float | None, left: float) -> float:
     return max(0.01, left if limit is None else min(limit, left))

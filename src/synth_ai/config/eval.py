@@ -21,6 +21,7 @@ from synth_ai.config.fields import (
     StringList,
 )
 from synth_ai.config.loaded import LoadedConfig
+from synth_ai.config.logging_schema import LoggingSection
 from synth_ai.config.toml_source import TomlSource
 from synth_ai.models.registry import find_model, resolve_model
 
@@ -65,6 +66,8 @@ class EvalConfig(BaseModel):
     task_app_wait_s: NonNegativeFloat | None = None
     trace_db: str | None = None
     sampling_seed: NonNegativeInt | None = None
+    # experiment trackers (docs/tracking.md); a file with an [eval] table puts it beside it, as [logging]
+    logging: LoggingSection | None = None
 
 
 def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
@@ -76,6 +79,8 @@ def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
         cfg = {**cfg, "model": ctx.model}
     validated = validate_section(findings, EvalConfig, cfg, root)
     cfg = checked_data(validated, cfg)
+    logging = validate_section(findings, LoggingSection, data["logging"], ("logging",)) \
+        if root and "logging" in data else None
     _check_judges(findings, cfg, root)
     info = None
     model = cfg.get("model")
@@ -90,6 +95,8 @@ def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     findings.raise_if_errors()
     assert validated is not None
     resolved = validated.model_dump(mode="json", exclude_none=True)
+    if logging is not None:
+        resolved["logging"] = logging.model_dump(mode="json", exclude_none=True)
     if info is not None:
         resolved["model"] = resolve_model(str(cfg["model"])).canonical
     return LoadedConfig(kind="eval", source=source, resolved=resolved, issues=findings.issues)

@@ -28,6 +28,7 @@ from synth_ai.config.fields import (
     Seeds,
     StringList,
 )
+from synth_ai.config.logging_schema import LoggingSection
 
 
 class ServicesSection(BaseModel):
@@ -42,6 +43,7 @@ class VllmSection(BaseModel):
     max_model_len: PositiveInt | None = None
     gpu_memory_utilization: PositiveFloat | None = None
     limit_mm_per_prompt: dict[str, int] | None = None
+    kv_cache_memory_bytes: PositiveInt | None = None
 
 
 class ReferenceSection(BaseModel):
@@ -200,3 +202,5 @@ class RLConfig(BaseModel):
     rubric: RubricSection | None = None
     judge: JudgeSection | None = None
     tags: dict[str, Any] | None = None
+    # experiment trackers (docs/tracking.md)
+    logging: LoggingSection | None = None

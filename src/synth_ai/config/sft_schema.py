@@ -21,6 +21,7 @@ from synth_ai.config.fields import (
     Ratio,
     StringList,
 )
+from synth_ai.config.logging_schema import LoggingSection
 
 STEP_KEYS = ("n_epochs", "total_steps", "train_steps", "steps")
 
@@ -138,3 +139,5 @@ class SFTConfig(BaseModel):
     policy: PolicySection | None = None
     lora: LoraSection | None = None
     tags: dict[str, Any] | None = None
+    # experiment trackers (docs/tracking.md)
+    logging: LoggingSection | None = None

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from synth_ai.errors import InvalidInputError
 from synth_ai.eval.eval_settings import EvalOptions, EvalSettings, resolve_settings
 from synth_ai.eval.runner import OK, RunSpec, SeedResult, run_all
+from synth_ai.eval.tracking import start_eval_tracking
 
 
 @dataclass
@@ -52,8 +53,23 @@ def run_eval(options: EvalOptions, hooks: Hooks) -> EvalRun:
         "trace_db": str(settings.trace_db) if settings.trace_db else None,
         "config": str(settings.config_path) if settings.config_path else None, "eval_run_id": spec.eval_run_id,
     }
-    asyncio.run(_run(run, spec, hooks))
+    tracking = start_eval_tracking(settings.config, run_id=spec.eval_run_id, model=settings.model, say=hooks.say)
+    if tracking is not None:
+        hooks = replace(hooks, finished=_also(hooks.finished, tracking.seed_finished))
+    try:
+        asyncio.run(_run(run, spec, hooks))
+    finally:
+        if tracking is not None:
+            tracking.close(run.results, run.context, completed=run.complete)
     return run
+
+
+def _also(first: Callable[[SeedResult], None], then: Callable[[SeedResult], None]) -> Callable[[SeedResult], None]:
+    def both(result: SeedResult) -> None:
+        first(result)
+        then(result)
+
+    return both
 
 
 def _open_store(settings: EvalSettings) -> Any:

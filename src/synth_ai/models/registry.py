@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from synth_ai.errors import InvalidInputError
 
-FINE_TUNED_PREFIXES: tuple[str, ...] = ("ft", "fft", "qft", "rl")
+FINE_TUNED_PREFIXES: tuple[str, ...] = ("ft", "fft", "qft", "rl", "imported")  # imported: models from elsewhere
 
 TEXT = ("text",)
 TEXT_IMAGE = ("text", "image")
@@ -124,6 +124,10 @@ def _build() -> tuple[ModelInfo, ...]:
                             max_images_per_message=1, architecture="Qwen3VLForConditionalGeneration",
                             parameters="0.26M",
                             notes="Built locally with the Qwen3-VL architecture; for tests and demos."))
+    models.append(ModelInfo(id="synth-ai/tiny-qwen3-hd64", family="Qwen3", provider="synth-ai (local)",
+                            modalities=TEXT, training_modes=("sft", "rl"), lifecycle="local", parameters="0.43M",
+                            notes="Built locally like synth-ai/tiny-qwen3, with head_dim 64 (the smallest head vLLM's "
+                            "CPU attention runs); for vLLM rollouts on a CPU."))
     models.append(ModelInfo(id="synth-ai/random-qwen3-34m", family="Qwen3", provider="synth-ai (local)",
                             modalities=TEXT, training_modes=("sft", "rl"), lifecycle="local", parameters="34M",
                             notes="Built locally with the Qwen3 architecture and random weights; for benchmarks "

@@ -83,6 +83,8 @@ def build_sft_payload(config: LoadedConfig, *, training_file_id: str | None = No
         effective["model_config"] = resolved["model_config"]
     if lora_mode and (lora or "lora_target_modules" in hyper):
         effective["lora"] = {k: hyper[name] for k, name in _LORA_KEYS.items() if name in hyper}
+    if resolved.get("logging"):  # experiment trackers: the job's worker reports to them (docs/tracking.md)
+        effective["logging"] = resolved["logging"]
 
     return {
         "model": config.model.canonical,

@@ -85,7 +85,9 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
     from synth_ai.backend.api.routes import (
         dashboard,
         env_keys,
+        exports,
         files,
+        imports,
         inference,
         learning,
         rl,
@@ -93,7 +95,7 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
 
     api_deps = [Depends(require_auth)]
     add_keyed_docs(app, api_deps)
-    for module in (files, learning, rl, inference, env_keys, dashboard):
+    for module in (files, learning, rl, inference, env_keys, dashboard, exports, imports):
         app.include_router(module.router, prefix="/api", dependencies=api_deps)
     dashboard.add_pages(app)
 

@@ -81,10 +81,19 @@ class Backend:
     def engine(self) -> Any:
         with self._engine_lock:
             if self._engine is None:
-                from synth_ai.backend.inference.engine import InferenceEngine
-
-                self._engine = InferenceEngine(self.model_store)
+                self._engine = self._new_engine()
             return self._engine
+
+    def _new_engine(self) -> Any:
+        """The inference engine SYNTH_AI_INFERENCE_ENGINE names (`server_settings`)."""
+        if self.settings.inference_engine == "vllm":
+            from synth_ai.backend.inference.vllm_serving import VllmServingEngine
+            from synth_ai.backend.ml.loading import placement
+
+            return VllmServingEngine(self.model_store, cpu=placement().device != "cuda")
+        from synth_ai.backend.inference.engine import InferenceEngine
+
+        return InferenceEngine(self.model_store)
 
 
 def get_backend(request: Request) -> Backend:

@@ -28,7 +28,7 @@ from typing import Any
 
 from synth_ai.backend.inference.generation import Row, draw
 from synth_ai.backend.inference.lean_forward import KVCache, lean_decoder
-from synth_ai.backend.ml.loading import with_cache
+from synth_ai.backend.ml.loading import cache_argument
 
 
 @dataclass(eq=False)
@@ -124,9 +124,8 @@ class RunningBatch:
         with torch.inference_mode():
             if lean is not None and isinstance(cache, KVCache):
                 return lean.last_logits(ids, mask, positions, cache)
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                        **with_cache(model, cache),
-                        logits_to_keep=1)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_argument(cache),
+                        use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]
 
     def _sample(self, rows: list[LiveRow], scores: Any) -> Any:

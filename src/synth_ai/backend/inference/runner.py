@@ -34,6 +34,7 @@ class SampledTokens:
     images: int = 0
     finish_reason: str = "stop"
     forced: list[bool] = field(default_factory=list)  # per completion token: forced, not sampled (not trained)
+    adapter_version: int | None = None  # the vLLM LoRA adapter version that sampled it (`vllm_lora`); None: none
     versions: list[int] = field(default_factory=list)  # per completion token: the policy version that sampled it
 
 

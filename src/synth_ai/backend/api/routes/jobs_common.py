@@ -115,10 +115,28 @@ def require_executor(backend: Backend, kind: str, model: str, payload: dict[str,
         if choose(backend.settings.executor, needs) == "modal":
             plan_for("check", needs)  # a [compute] Modal cannot give (an unknown GPU, 16 per container) is a 400 now
             _require_reachable_task_app(kind, payload)
+        elif kind == "rl":
+            _require_runnable_vllm(backend, model, payload)
     except NoExecutorError as exc:
         raise ApiError(400, exc.code, exc.message, hint=exc.hint, details=exc.details) from None
     except InvalidInputError as exc:
         raise ApiError(400, "invalid_compute", exc.message, hint=exc.hint) from None
+
+
+def _require_runnable_vllm(backend: Backend, model: str, payload: dict[str, Any]) -> None:
+    """An RL job sampling through vLLM on this machine: vLLM installed, and able to run this model here."""
+    from synth_ai.backend.executors.placement import local_gpu_count
+    from synth_ai.backend.trainers.rl.engine_choice import (
+        model_config_here,
+        refuse_unrunnable_vllm,
+    )
+    from synth_ai.errors import SynthError
+
+    try:
+        refuse_unrunnable_vllm(payload, model_config_here(model, backend.model_store), gpus=local_gpu_count())
+    except SynthError as exc:
+        code = "vllm_not_installed" if "not installed" in exc.message else "vllm_cannot_run"
+        raise ApiError(400, code, exc.message, hint=exc.hint, details=exc.details) from None
 
 
 def _require_reachable_task_app(kind: str, payload: dict[str, Any]) -> None:

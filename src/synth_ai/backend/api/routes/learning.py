@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
+from synth_ai.backend.api.routes.imports import refuse_mismatched_import
 from synth_ai.backend.api.routes.jobs_common import (
     add_job_routes,
     idempotent_create,
@@ -75,6 +76,7 @@ def create_sft_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     replayed = replay(backend, request, body, "POST /learning/jobs")
     if replayed is not None:
         return replayed
+    refuse_mismatched_import(backend, body.get("model") if isinstance(body, dict) else None, "model")
     clean = SFT.check_body(body, known_fine_tuned=lambda m: backend.model_store.fine_tuned_entry(m) is not None)
     SFT.check_settings({**clean, "job_id": "validation"})
     require_executor(backend, SFT.name, clean["model"], clean)

@@ -15,6 +15,7 @@ import httpx
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
+from synth_ai.backend.api.routes.imports import refuse_mismatched_import
 from synth_ai.backend.api.routes.jobs_common import (
     add_job_routes,
     idempotent_create,
@@ -47,6 +48,9 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     replayed = replay(backend, request, body, "POST /rl/jobs")
     if replayed is not None:
         return replayed
+    data = body.get("data") if isinstance(body, dict) else None
+    if isinstance(data, dict):
+        refuse_mismatched_import(backend, data.get("model") or data.get("base_model"), "data.model")
     clean = RL.check_body(body)
     if not RL.available():
         raise ApiError(501, "rl_not_available",

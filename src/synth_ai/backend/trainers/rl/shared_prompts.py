@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from synth_ai.backend.ml.loading import cache_argument
 from synth_ai.backend.trainers.rl.types import Sample
 
 
@@ -59,17 +60,15 @@ def predicting_hidden(decoder: Any, batch: dict[str, Any]) -> Any:
     import torch
     from transformers import DynamicCache
 
-    from synth_ai.backend.ml.loading import with_cache
-
     cache = DynamicCache()
     prefix = decoder(input_ids=batch["prefix_ids"], attention_mask=batch["prefix_mask"],
-                     position_ids=batch["prefix_positions"], use_cache=True,
-                     **with_cache(decoder, cache)).last_hidden_state
+                     position_ids=batch["prefix_positions"], **cache_argument(cache),
+                     use_cache=True).last_hidden_state
     rows = batch["prefix_rows"]
     for layer in cache.layers:  # each sample's row takes its prompt's keys and values (differentiable)
         layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
     hidden = decoder(input_ids=batch["completion_ids"], attention_mask=batch["completion_attention"],
-                     position_ids=batch["completion_positions"], use_cache=True,
-                     **with_cache(decoder, cache)).last_hidden_state
+                     position_ids=batch["completion_positions"], **cache_argument(cache),
+                     use_cache=True).last_hidden_state
     first = prefix[:, -1, :].index_select(0, rows).unsqueeze(1)
     return torch.cat([first, hidden[:, :-1, :]], dim=1)

@@ -20,7 +20,9 @@ def save_final_model(run: SFTRun, model_store: Any, trained_tokens: int, loop_s:
     if not run.dp.main:  # rank 0 saves and registers the model; the job's result is the same on every rank
         return {"fine_tuned_model": fine_tuned, "steps": run.plan.total_steps, "rank": run.dp.rank}
     card = settings
-    if tm.root_base != settings.base_model:  # started from a fine-tune: the saved model (merged) names the root base
+    if tm.continued_adapter:  # an imported adapter trained further stays an adapter on the root base
+        card = replace(settings, base_model=tm.root_base, mode="lora")
+    elif tm.root_base != settings.base_model:  # started from a fine-tune: the saved model (merged) names the root base
         final_model = final_model.merge_and_unload() if settings.mode == "lora" else final_model
         card = replace(settings, base_model=tm.root_base, mode="full")
     save_final(final_model, run.data.tokenizer, run.runtime.base_path, final_dir, card, fine_tuned,
@@ -32,7 +34,7 @@ def save_final_model(run: SFTRun, model_store: Any, trained_tokens: int, loop_s:
             "val_loss_best": progress.best[0] if progress.best else None, "train_tokens": trained_tokens,
             "train_runtime_s": round(loop_s, 4),
             "tokens_per_second": round(trained_tokens / loop_s, 2) if loop_s > 0 else None,
-            "mode": settings.mode}
+            "mode": card.mode}
 
 
 def _unsharded_model(run: SFTRun, model_store: Any) -> Any:

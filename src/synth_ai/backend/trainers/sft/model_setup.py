@@ -22,6 +22,7 @@ class TrainingModel:
     sharded: str | None  # the FSDP strategy, or None when every rank holds the whole model
     load_dtype: Any
     root_base: str  # the base model at the root of the model trained from
+    continued_adapter: bool  # an imported LoRA adapter trained further (saved as an adapter on root_base)
     total_params: int
     trainable_params: int
 
@@ -31,10 +32,11 @@ def build_training_model(settings: Settings, runtime: Runtime, tokenizer: Any, p
     import torch
 
     from synth_ai.backend.ml import loading
-    from synth_ai.backend.trainers.common import load_policy, wrap_lora
+    from synth_ai.backend.trainers.common import is_imported_adapter, load_policy, wrap_lora
     from synth_ai.backend.trainers.sft import fsdp
 
     torch.manual_seed(settings.seed)
+    adapter = is_imported_adapter(model_store, settings.base_model)
     load_dtype = torch.bfloat16 if (runtime.use_bf16 and settings.mode == "lora") else torch.float32
     sharded = settings.fsdp if dp.enabled else None
     if settings.fsdp and not sharded:
@@ -42,10 +44,14 @@ def build_training_model(settings: Settings, runtime: Runtime, tokenizer: Any, p
                        "process, which holds the whole model.", {"fsdp": None})
     # a sharded model is loaded on the CPU: fully_shard moves each rank's shards to its GPU, one layer at a time
     model, _, root_base, _ = load_policy(model_store, settings.base_model,
-                                         loading.Placement("cpu" if sharded else runtime.where.device, load_dtype))
+                                         loading.Placement("cpu" if sharded else runtime.where.device, load_dtype),
+                                         keep_adapter=adapter)
+    if adapter and settings.mode != "lora":
+        reporter.event("sft.config.adjusted", f"{settings.base_model} is an imported LoRA adapter: training continues "
+                       "it as LoRA (its own rank and target modules).", {"mode": "lora"})
     if settings.activation_checkpointing:
         _checkpoint_activations(model)
-    if settings.mode == "lora":
+    if settings.mode == "lora" and not adapter:
         model = wrap_lora(model, settings, runtime.vision)
     model.train()
     total_params = sum(p.numel() for p in model.parameters())
@@ -61,7 +67,7 @@ def build_training_model(settings: Settings, runtime: Runtime, tokenizer: Any, p
                                   **({"fused": True} if fused else {"foreach": True}))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_schedule(settings.lr_scheduler, plan.warmup_steps, plan.total_steps))
-    return TrainingModel(model, loss_sum, trainable, optimizer, scheduler, sharded, load_dtype, root_base,
+    return TrainingModel(model, loss_sum, trainable, optimizer, scheduler, sharded, load_dtype, root_base, adapter,
                          total_params, sum(p.numel() for p in trainable.values()))
 
 

@@ -7,6 +7,7 @@ together), so gradient accumulation and data parallelism give the gradient of on
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,7 @@ def train_steps(run: SFTRun, should_stop: Callable[[], bool]) -> tuple[int, floa
             _stop(run, step, stop_reason(should_stop))
         t0 = time.perf_counter()
         lr = run.model.scheduler.get_last_lr()[0]
-        value, batches = _optimizer_step(run, step)
+        value, batches, grad_norm = _optimizer_step(run, step)
         elapsed = time.perf_counter() - t0
         tokens = int(run.dp.sum(sum(b["tokens"] for b, w in batches if w)))
         trained_tokens += tokens
@@ -40,6 +41,8 @@ def train_steps(run: SFTRun, should_stop: Callable[[], bool]) -> tuple[int, floa
         reporter.metric("train.loss", step, value)
         reporter.metric("learning_rate", step, lr)
         reporter.metric("tokens_per_second", step, tokens / max(elapsed, 1e-9))
+        if math.isfinite(grad_norm):
+            reporter.metric("grad_norm", step, grad_norm)
         done = step + 1
         if done % plan.log_every == 0 or done == plan.total_steps or step == progress.start_step or \
                 time.monotonic() - last_progress > PROGRESS_EVERY_S:
@@ -56,9 +59,9 @@ def train_steps(run: SFTRun, should_stop: Callable[[], bool]) -> tuple[int, floa
     return trained_tokens, time.perf_counter() - loop_started
 
 
-def _optimizer_step(run: SFTRun, step: int) -> tuple[float, list[tuple[dict[str, Any], float]]]:
+def _optimizer_step(run: SFTRun, step: int) -> tuple[float, list[tuple[dict[str, Any], float]], float]:
     """One update over this rank's share of the step's micro-batches; (the step's loss over all ranks, the
-    batches with their weights)."""
+    batches with their weights, the gradient norm before clipping)."""
     import torch
 
     from synth_ai.backend.trainers.sft import fsdp
@@ -80,12 +83,14 @@ def _optimizer_step(run: SFTRun, step: int) -> tuple[float, list[tuple[dict[str,
     parameters = list(tm.trainable.values())
     if not tm.sharded:
         dp.sum_grads(parameters)
-    if run.settings.max_grad_norm > 0:
-        torch.nn.utils.clip_grad_norm_(parameters, run.settings.max_grad_norm)
+    # the norm is measured either way (max_grad_norm 0: no clipping); a sharded model's is a DTensor
+    limit = run.settings.max_grad_norm if run.settings.max_grad_norm > 0 else float("inf")
+    norm = torch.nn.utils.clip_grad_norm_(parameters, limit)
+    grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     tm.optimizer.step()
     tm.scheduler.step()
     tm.optimizer.zero_grad(set_to_none=True)
-    return dp.sum(float(step_loss)), batches
+    return dp.sum(float(step_loss)), batches, grad_norm
 
 
 def _report_progress(run: SFTRun, done: int, value: float, lr: float, trained_tokens: int, spent: float) -> None:
