@@ -87,6 +87,19 @@ def test_gspo_samples_with_vllm_and_the_reward_rises(backend, app):
         assert job["fine_tuned_model"] == f"rl:{TINY_HD64}:{job_id}"
 
 
+def test_asynchronous_gspo_publishes_to_the_vllm_engine(backend, app):
+    """`max_staleness` > 0 with the vLLM engine: its `sync_weights` is what `publish` calls after every step."""
+    with backend.client() as api:
+        job_id = create(api, vllm_body(app, iterations_per_epoch=3, max_staleness=1))
+        wait_for(lambda: status(api, job_id) in TERMINAL, timeout=600, interval=0.5, what="the asynchronous job")
+        job, log = api.get(f"/rl/jobs/{job_id}").json(), events(api, job_id)
+        assert job["status"] == "succeeded", (job, log[-5:])
+        assert engines(log) == ["vllm"]
+        points = api.get(f"/rl/jobs/{job_id}/metrics", params={"name": "staleness.max", "limit": 100}).json()
+        staleness = [p["value"] for p in sorted(points["points"], key=lambda p: p["step"])]
+        assert len(staleness) == 3 and max(staleness) <= 1
+
+
 def test_a_killed_worker_resumes_with_vllm_from_the_checkpoint_then_cancels(backend, app):
     with backend.client() as api:
         job_id = create(api, vllm_body(app, iterations_per_epoch=200, checkpoint_interval=2))
