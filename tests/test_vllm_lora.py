@@ -98,3 +98,69 @@ def test_an_adapter_version_that_is_gone_is_refused_not_replaced(policy) -> None
     server.sync_weights()  # the next sync publishes a fresh version and sampling resumes
     _, sample = _sample(url, "back", server)
     assert sample.adapter_version == version + 1
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict]] = []
+
+    def event(self, kind: str, message: str, data: dict, level: str = "info") -> None:
+        self.events.append((kind, message, data))
+
+
+def _rollout(url: str, server, cid: str, index: int):
+    from synth_ai.backend.trainers.rl.types import Rollout
+
+    response = httpx.post(f"{url}?cid={cid}", json=PROMPT, timeout=120)
+    assert response.status_code == 200, response.text
+    return Rollout(seed=0, index=index, cid=cid, reward=float(index), calls=server.take_calls(cid))
+
+
+def test_a_sample_served_by_a_stale_adapter_is_dropped_and_named(policy, tmp_path: Path) -> None:
+    """Published policy versions pass the RL loop's adapter check (an older but consistent sample too: that one is
+    the staleness bound's); a sample that vLLM really sampled with the previous adapter while the engine served the
+    next policy version is dropped, counted and named with both versions."""
+    from synth_ai.backend.inference import vllm_lora
+    from synth_ai.backend.trainers.rl.staleness import drop_stale_adapters
+    from synth_ai.backend.trainers.rl.step import build_samples
+
+    server, _, url = policy
+    base = server.version
+    server.publish(base + 1)
+    older = server.adapter.request()
+    kept_folder = shutil.copytree(older.lora_path, tmp_path / "older")  # the publish below deletes the original
+    first = _rollout(url, server, "v1", 0)
+    server.publish(base + 2)
+    second = _rollout(url, server, "v2", 1)
+    runner = server.engine.batcher.runner
+    current = runner.lora
+    runner.lora = lambda: vllm_lora.adapter_request("policy@old", older.lora_int_id, kept_folder)  # a stale swap
+    try:
+        third = _rollout(url, server, "v2-stale", 2)
+    finally:
+        runner.lora = current
+
+    samples, _ = build_samples([first, second, third])
+    by_rollout = {s.rollout_index: s for s in samples}
+    assert len(by_rollout) == 3
+    assert set(by_rollout[0].versions) == {base + 1} and set(by_rollout[1].versions) == {base + 2}
+    assert by_rollout[0].adapter_version == server.adapter_versions[base + 1] == older.lora_int_id
+    assert by_rollout[1].adapter_version == server.adapter_versions[base + 2] == older.lora_int_id + 1
+    assert set(by_rollout[2].versions) == {base + 2} and by_rollout[2].adapter_version == older.lora_int_id
+
+    events = _Events()
+    kept, record = drop_stale_adapters(samples, server, events, it=4)
+    assert record == {"stale_adapter_dropped": 1}
+    assert [s.rollout_index for s in kept] == [0, 1]
+    ((kind, message, data),) = events.events
+    assert kind == "rl.adapter.stale"
+    assert f"adapter version {older.lora_int_id} where policy version(s) [{base + 2}]" in message
+    assert f"adapter version(s) [{older.lora_int_id + 1}]" in message
+    assert data["samples"][0]["rollout_index"] == 2
+
+    unstamped = [*kept[:1], type(kept[0])(**{**vars(kept[0]), "adapter_version": None})]  # served by no adapter
+    kept, record = drop_stale_adapters(unstamped, server, events, it=5)
+    assert record == {"stale_adapter_dropped": 1} and len(kept) == 1
+
+    _, after = _sample(url, "back-to-current", server)  # the current adapter is served again
+    assert after.adapter_version == server.adapter_versions[base + 2]

@@ -13,7 +13,8 @@ optimiser step makes the trainer's weights the served ones and tags every token 
 `version` (`SampledTokens.versions`, per token). `LocalPolicyServer.publish` calls `sync_weights()` and then moves
 the version, so a subclass that overrides only `sync_weights()` (the vLLM engine) is a versioned engine as it is:
 its tokens are tagged with the version current when their call arrived (older, never newer, than the weights that
-sampled them: a staleness bound checked on them holds). The built-in engine tags each token as it is drawn: a
+sampled them: a staleness bound checked on them holds). The vLLM engine tags them itself, under its generate lock,
+with the version of the weights that sampled them. The built-in engine tags each token as it is drawn: a
 publish copies the weights between two decoding steps, so rows already decoding go on under the new weights (their
 KV cache from the old ones) and no row is stopped; a row's tokens may then carry two versions.
 

@@ -15,8 +15,10 @@ Weights: `sync_weights()` copies the trainer's current weights into vLLM's model
 `reload_weights` through `collective_rpc`, which maps checkpoint names and re-packs each layer the way its kernels
 want, as the CPU build does), then drops vLLM's prefix cache. A LoRA policy that vLLM can serve as an adapter is sent
 as a new adapter version instead (`vllm_lora.PolicyAdapter`: every generate names the current version and every
-sample records it); any other LoRA policy is merged for the copy and unmerged after. Nothing is written to or read from disk. vLLM runs with V1 multiprocessing off, so its
-engine core and model live in this process and no process is spawned (the job worker has no `__main__` guard).
+sample records it, and `adapter_versions` maps each policy version to the adapter version that serves it: the RL
+loop drops a sample whose pair does not match, `staleness.drop_stale_adapters`); any other LoRA policy is merged
+for the copy and unmerged after. Nothing is written to or read from disk. vLLM runs with V1 multiprocessing off, so
+its engine core and model live in this process and no process is spawned (the job worker has no `__main__` guard).
 
 A failure inside vLLM while sampling (not a refusal of one request) leaves the engine unusable: every call after it
 fails at once with the same `RolloutEngineLost`, and `failure` holds it for the RL loop, which ends the attempt so
@@ -95,6 +97,8 @@ class _VllmRunner:
             rows = [row for i, (job, _) in enumerate(ready) for row in generation.rows_for(i, job.params)]
             lora = self.lora()
             refused = self._sample(rows, [_prompt(job, encoded) for job, encoded in ready], lora)
+            for row in rows:  # read under the lock, which a publish holds while it swaps the weights and version
+                row.versions = [ready[row.request][0].loaded.policy_version] * len(row.tokens)
         if refused is not None:  # vLLM refused a request of the batch: each job alone, so only that one fails
             for job, _ in ready:
                 if len(ready) == 1:
@@ -179,6 +183,8 @@ class VllmPolicyServer(LocalPolicyServer):
         self.llm = create_llm({**llm_kwargs(options, str(loaded.path), seed=seed, bf16=bf16, cpu=cpu),
                                **(vllm_lora.lora_llm_kwargs(int(lora.r)) if as_adapter else {})})
         self.adapter = vllm_lora.PolicyAdapter(self.llm, loaded.model_id) if as_adapter else None
+        # policy version -> the adapter version that serves it (served as an adapter only): the RL loop's check
+        self.adapter_versions: dict[int, int] | None = {} if as_adapter else None
         self.engine = _VllmInference(self.llm, self.adapter.request if self.adapter is not None else None)
         self.engine.pin(loaded)
         self.sync_weights()  # vLLM loaded the base from disk once; the policy may already differ (resume, LoRA)
@@ -189,11 +195,21 @@ class VllmPolicyServer(LocalPolicyServer):
         return self.engine.batcher.runner.failure
 
     def sync_weights(self) -> None:
+        self._sync(self.version)
+
+    def publish(self, version: int) -> None:
+        if self.adapter is None:
+            super().publish(version)
+        else:  # the adapter and the version move together, under the lock every generate holds
+            self._sync(version)
+
+    def _sync(self, version: int) -> None:
         with self.engine._generate_lock:
             if self.failure is not None:
                 raise self.failure
             if self.adapter is not None:  # a new adapter version; vLLM's base is the trainer's frozen base
-                self.adapter.publish(self.trainer_model)
+                self.adapter_versions[version] = self.adapter.publish(self.trainer_model)
+                self.served.policy_version = self.version = version
                 return
             self._load_full_weights()
             self.llm.reset_prefix_cache()

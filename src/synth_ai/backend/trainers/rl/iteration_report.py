@@ -100,7 +100,8 @@ def report_step(reporter: Any, settings: RLSettings, record: dict[str, Any], eva
              # asynchronous GSPO (docs/rl.md): the staleness bound, the backlog and the off-policy correction
              "staleness.mean": "staleness_mean", "staleness.max": "staleness_max", "backlog.groups": "backlog_groups",
              "stale_samples.dropped": "stale_dropped", "is_ratio.mean": "is_ratio_mean",
-             "is_ratio.max": "is_ratio_max", "is_truncated_frac": "is_truncated_frac"}
+             "is_ratio.max": "is_ratio_max", "is_truncated_frac": "is_truncated_frac",
+             "stale_adapter.dropped": "stale_adapter_dropped"}  # a LoRA policy served by vLLM as an adapter
     write_metrics(reporter, [(metric, it, record.get(key), "train") for metric, key in names.items()]
                    + [("eval.mean_return", it, evaluated, "eval")])
     if it % settings.log_interval == 0 or it + 1 == settings.iterations:

@@ -46,7 +46,7 @@ from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_sett
 from synth_ai.backend.trainers.rl.rollout_pool import RolloutPool, SerialRunner
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
 from synth_ai.backend.trainers.rl.sample_report import report_samples
-from synth_ai.backend.trainers.rl.staleness import BacklogWatch, drop_stale
+from synth_ai.backend.trainers.rl.staleness import BacklogWatch, drop_stale, drop_stale_adapters
 from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
 from synth_ai.backend.trainers.rl.taskapp_wait import TaskAppWait
 from synth_ai.backend.trainers.rl.types import Rollout
@@ -231,7 +231,7 @@ class GSPORun:
             rollouts, judged = from_main(dp, (rollouts, _judge(self.judge, rollouts, self.reporter, it) if dp.main
                                               else None))
         samples, counts = build_samples(rollouts, settings)
-        extra: dict[str, Any] = {}
+        samples, extra = drop_stale_adapters(samples, self.engine, self.reporter, it)
         if self.pool is not None:
             samples, staleness = drop_stale(samples, self.trainer.version, settings.max_staleness)
             backlog = self.pool.backlog_batches() * settings.batch_size

@@ -7,6 +7,11 @@ tokens (a row decoding across a publish counts from its start). A sample more th
 dropped before the update and counted. The rollout pool (`rollout_pool`) starts a batch only while it can still be
 trained within the bound, so with one optimiser step per iteration nothing is dropped; with several
 (`max_accumulated_minibatch`) a batch can fall further behind and its oldest samples are dropped.
+
+A LoRA policy served by vLLM as an adapter has a second check (`drop_stale_adapters`): each sample must carry the
+adapter version that the engine published for its policy version (`VllmPolicyServer.adapter_versions`). A sample
+that does not (an older adapter served, or none) is never trained: it is dropped, counted
+(`stale_adapter.dropped`) and named in an `rl.adapter.stale` warning.
 """
 
 from __future__ import annotations
@@ -41,6 +46,33 @@ def drop_stale(samples: list[Sample], trainer_version: int, max_staleness: int) 
     kept = [s for s, age in zip(samples, ages) if age <= max_staleness]
     return kept, StalenessReport(mean=sum(ages) / len(ages) if ages else 0.0, max=max(ages, default=0),
                                  dropped=len(samples) - len(kept))
+
+
+def drop_stale_adapters(samples: list[Sample], engine: Any, reporter: Any, it: int) -> tuple[list[Sample],
+                                                                                         dict[str, int]]:
+    """The samples sampled through the adapter their policy version was published with, and the record's count of
+    the others (none: the engine serves no adapter). Each dropped one is reported with both versions."""
+    published = getattr(engine, "adapter_versions", None)
+    if published is None:
+        return samples, {}
+    kept: list[Sample] = []
+    stale: list[dict[str, Any]] = []
+    for sample in samples:
+        expected = {version: published.get(version) for version in sorted(set(sample.versions))}
+        if expected and all(a is not None and a == sample.adapter_version for a in expected.values()):
+            kept.append(sample)
+        else:
+            stale.append({"seed": sample.seed, "rollout_index": sample.rollout_index, "turn": sample.turn,
+                          "adapter_version": sample.adapter_version, "expected": expected})
+    if stale:
+        first = stale[0]
+        reporter.event(
+            "rl.adapter.stale",
+            f"iteration {it}: {len(stale)} sample(s) dropped, sampled with LoRA adapter version "
+            f"{first['adapter_version']} where policy version(s) {sorted(first['expected'])} were published as "
+            f"adapter version(s) {list(first['expected'].values())}; they are not trained.",
+            {"iteration": it, "dropped": len(stale), "samples": stale[:20]}, level="warning")
+    return kept, {"stale_adapter_dropped": len(stale)}
 
 
 class BacklogWatch:

@@ -85,7 +85,8 @@ def build_samples(rollouts: list[Rollout], settings: RLSettings | None = None) -
                                           rollout_index=rollout.index, turn=call.index,
                                           forced=list(getattr(sampled, "forced", [])),
                                           sampler_logprobs=list(sampled.logprobs),
-                                          versions=list(getattr(sampled, "versions", []))))
+                                          versions=list(getattr(sampled, "versions", [])),
+                                          adapter_version=getattr(sampled, "adapter_version", None)))
     counts["samples"] = len(samples)
     return samples, counts
 

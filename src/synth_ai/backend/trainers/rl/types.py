@@ -49,6 +49,7 @@ class Sample:
     forced: list[bool] = field(default_factory=list)  # per completion token: context only, no loss
     sampler_logprobs: list[float] = field(default_factory=list)  # as recorded (old_logprobs may be recomputed)
     versions: list[int] = field(default_factory=list)  # per completion token: the policy version that sampled it
+    adapter_version: int | None = None  # the vLLM LoRA adapter version that sampled it (None: no adapter)
 
     @property
     def length(self) -> int:
