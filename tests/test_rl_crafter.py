@@ -2,7 +2,8 @@
 crafter task app over HTTP calls the policy server every turn; every turn's prompt and sampled tokens (and, for
 Qwen3-VL, its image tensors) are recorded under the rollout's cid; a GSPO step on them is exactly on-policy.
 Learning is not the point here (the tiny models score 0 at Crafter); the data path is. Also: images beyond
-`max_images_per_step` are dropped from policy prompts (oldest first) and counted in an event."""
+`max_images_per_step` are dropped from policy prompts (oldest first) and counted in an event. And a vision job
+under asynchronous GSPO (`max_staleness = 1`) trains each turn with its image and its step reward's advantage."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rl_support import Recorder
+from rl_support import Recorder, record_policy_calls
 
 from synth_ai.backend.store.model_store import ModelStore
 
@@ -165,7 +166,6 @@ def test_an_asynchronous_vision_job_trains_each_turn_with_its_image_and_step_rew
     two first-turn calls, each with its frame."""
     import dataclasses
 
-    from synth_ai.backend.inference.policy_server import LocalPolicyServer
     from synth_ai.backend.trainers.rl import run_rl
     from synth_ai.taskapp import create_task_app
     from synth_ai.taskapp.discovery import load_task_app
@@ -181,12 +181,12 @@ def test_an_asynchronous_vision_job_trains_each_turn_with_its_image_and_step_rew
         return answer
 
     taken: list = []
-    real_take = LocalPolicyServer.take_calls
-    monkeypatch.setattr(LocalPolicyServer, "take_calls", _recording(real_take, taken))
+    record_policy_calls(monkeypatch, taken)
     model = "synth-ai/tiny-qwen3-vl"
     body = spec("", model, "lora", use_vision=True, max_turns=2, max_concurrent_rollouts=4)
     config = body["data"]["config"]
     config["algorithm"] = {"type": "online", "method": "policy_gradient", "variety": "gspo"}
+    config["rollout"]["policy_config"]["max_tokens"] = 8
     config["training"].update({"iterations_per_epoch": 2, "max_turns": 2, "max_staleness": 1, "seed": 1, "rewards": {
         "step_rewards_enabled": True, "step_rewards_mode": "env_sparse"}})
     store.resolve(model)
@@ -206,12 +206,3 @@ def test_an_asynchronous_vision_job_trains_each_turn_with_its_image_and_step_rew
     assert [s["samples"] for s in steps] == [2, 2] and all(s["optimizer_steps"] >= 1 for s in steps)
     assert recorder.series("staleness.max") == [0, 1]  # the second batch's first turns were sampled by version 0
     assert recorder.of("rl.train.started")[0]["data"]["vision"] is True
-
-
-def _recording(take: Any, into: list) -> Any:
-    def take_calls(self: Any, cid: str) -> list:
-        calls = take(self, cid)
-        into.extend(calls)
-        return calls
-
-    return take_calls

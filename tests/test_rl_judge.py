@@ -2,7 +2,8 @@
 being a small OpenAI-compatible server written for the test (a stand-in for the provider at the transport level):
 it gets one request per rollout with the provider's key, its first answer is garbage (counted, that rollout's score
 left out, not scored 0) and the others score 0.5; the metrics `reward.step.mean`, `reward.judge.mean` and
-`judge.failures` say so, and the blended reward is step rewards + judge exactly."""
+`judge.failures` say so, and the blended reward is step rewards + judge exactly, also under asynchronous GSPO
+(`max_staleness = 1`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The rollout side of an RL run, for real (tiny Qwen3, the color-quiz app over HTTP, `run_rl` in process): a
 rollout that times out is counted and left out and its late policy calls are not kept; the concurrency bound
-holds and a retry's back-off frees its slot; thinking_mode / thinking_budget from [rollout] reach the policy."""
+holds and a retry's back-off frees its slot; thinking_mode / thinking_budget from [rollout] reach the policy (also
+under asynchronous GSPO)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_support import Recorder, quiz_app, run_in_process
+from rl_support import Recorder, quiz_app, record_policy_calls, run_in_process
 from taskapp_support import running_app
 
 pytestmark = pytest.mark.slow
@@ -89,17 +90,8 @@ def test_thinking_mode_and_budget_from_the_job_config_reach_inference(tmp_path: 
                                                                       max_staleness: int):
     """Also asynchronously (two iterations, the second sampled while the first trains): the budget holds for
     tokens sampled by every policy version."""
-    from synth_ai.backend.inference.policy_server import LocalPolicyServer
-
     taken: list = []
-    real_take = LocalPolicyServer.take_calls
-
-    def take(self, cid: str) -> list:
-        calls = real_take(self, cid)
-        taken.extend(calls)
-        return calls
-
-    monkeypatch.setattr(LocalPolicyServer, "take_calls", take)
+    record_policy_calls(monkeypatch, taken)
     recorder = Recorder()
     iterations = 1 + max_staleness
     with running_app(quiz_app()) as url:
