@@ -105,6 +105,20 @@ def run_in_process(tmp_path: Path, tiny_text: list[Path], task_url: str, recorde
                   should_stop=should_stop or (lambda: False))
 
 
+def record_policy_calls(monkeypatch: Any, into: list) -> None:
+    """Keep in `into` every policy call (with its samples) that `run_rl` takes from the built-in engine."""
+    from synth_ai.backend.inference.policy_server import LocalPolicyServer
+
+    real = LocalPolicyServer.take_calls
+
+    def take_calls(self: Any, cid: str) -> list:
+        calls = real(self, cid)
+        into.extend(calls)
+        return calls
+
+    monkeypatch.setattr(LocalPolicyServer, "take_calls", take_calls)
+
+
 def torchrun_backend(data: Path, tmp_path: Path, env_key: str, ranks: int = 2) -> Any:
     """A started backend whose RL jobs run data-parallel under torchrun (`ranks` gloo ranks on the CPU), keyed for
     the task app, with no warm worker and no Modal credentials."""

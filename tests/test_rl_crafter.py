@@ -2,7 +2,8 @@
 crafter task app over HTTP calls the policy server every turn; every turn's prompt and sampled tokens (and, for
 Qwen3-VL, its image tensors) are recorded under the rollout's cid; a GSPO step on them is exactly on-policy.
 Learning is not the point here (the tiny models score 0 at Crafter); the data path is. Also: images beyond
-`max_images_per_step` are dropped from policy prompts (oldest first) and counted in an event."""
+`max_images_per_step` are dropped from policy prompts (oldest first) and counted in an event. And a vision job
+under asynchronous GSPO (`max_staleness = 1`) trains each turn with its image and its step reward's advantage."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from rl_support import Recorder, record_policy_calls
 
 from synth_ai.backend.store.model_store import ModelStore
 
@@ -153,3 +156,53 @@ def test_images_beyond_max_images_per_step_are_dropped_and_counted(store: ModelS
     report_dropped_images(reporter, server, SimpleNamespace(max_images_per_step=1), 0, SimpleNamespace(enabled=False))
     assert events == [("rl.images.dropped", {"iteration": 0, "images_dropped": 1, "max_images_per_step": 1})]
     assert server.images_dropped == 0  # counted once
+
+
+def test_an_asynchronous_vision_job_trains_each_turn_with_its_image_and_step_reward(
+        store: ModelStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`run_rl` on Qwen3-VL (LoRA) with `max_staleness = 1`: two iterations of two-turn episodes, the second batch
+    sampled while the first trains. The app is wrapped to pay episode 0 of each group 1 at its first turn (the tiny
+    model unlocks nothing), so with env_sparse step rewards only turn 0 has an advantage: each iteration trains its
+    two first-turn calls, each with its frame."""
+    import dataclasses
+
+    from synth_ai.backend.trainers.rl import run_rl
+    from synth_ai.taskapp import create_task_app
+    from synth_ai.taskapp.discovery import load_task_app
+    from synth_ai.taskapp.serving import running_in_background
+
+    base = load_task_app("crafter").config_factory()
+
+    async def paid_first_turn(request: Any, fastapi_request: Any = None) -> Any:
+        answer = await base.rollout(request, fastapi_request)
+        if request.run_id.endswith("-g0"):
+            answer.trajectories[0].steps[0].reward = 1.0
+            answer.metrics.mean_return, answer.metrics.episode_returns = 1.0, [1.0]
+        return answer
+
+    taken: list = []
+    record_policy_calls(monkeypatch, taken)
+    model = "synth-ai/tiny-qwen3-vl"
+    body = spec("", model, "lora", use_vision=True, max_turns=2, max_concurrent_rollouts=4)
+    config = body["data"]["config"]
+    config["algorithm"] = {"type": "online", "method": "policy_gradient", "variety": "gspo"}
+    config["rollout"]["policy_config"]["max_tokens"] = 8
+    config["training"].update({"iterations_per_epoch": 2, "max_turns": 2, "max_staleness": 1, "seed": 1, "rewards": {
+        "step_rewards_enabled": True, "step_rewards_mode": "env_sparse"}})
+    store.resolve(model)
+    recorder = Recorder()
+    with running_in_background(create_task_app(dataclasses.replace(base, rollout=paid_first_turn))) as url:
+        body["data"]["endpoint_base_url"] = url
+        run_rl(body, workdir=tmp_path / "work", model_store=store, reporter=recorder, should_stop=lambda: False)
+
+    samples = [s for call in taken for s in call.samples]
+    assert len(samples) == 2 * 2 * 2  # 2 iterations x 2 episodes x 2 turns
+    for sample in samples:
+        assert sample.images == 1 and sample.vision_inputs["image_grid_thw"].shape == (1, 3)
+        assert set(sample.versions) <= {0, 1}
+    steps = [e["data"] for e in recorder.of("rl.train.step")]
+    assert [(s["rollouts"], s["errors"], s["turns_unmatched"]) for s in steps] == [(2, 0, 0)] * 2
+    # returns to go [1, 0] vs [0, 0]: only the first call of each episode has an advantage, and it trains
+    assert [s["samples"] for s in steps] == [2, 2] and all(s["optimizer_steps"] >= 1 for s in steps)
+    assert recorder.series("staleness.max") == [0, 1]  # the second batch's first turns were sampled by version 0
+    assert recorder.of("rl.train.started")[0]["data"]["vision"] is True

@@ -2,7 +2,8 @@
 being a small OpenAI-compatible server written for the test (a stand-in for the provider at the transport level):
 it gets one request per rollout with the provider's key, its first answer is garbage (counted, that rollout's score
 left out, not scored 0) and the others score 0.5; the metrics `reward.step.mean`, `reward.judge.mean` and
-`judge.failures` say so, and the blended reward is step rewards + judge exactly."""
+`judge.failures` say so, and the blended reward is step rewards + judge exactly, also under asynchronous GSPO
+(`max_staleness = 1`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,20 @@ pytest.importorskip("torch")
 
 ENV_KEY = "sk_env_rl_judge_0123456789"
 JUDGE_KEY = "sk-openai-judge-test-0123456789"
+STEP_REWARDS = {"step_rewards_enabled": True, "step_rewards_mode": "env_sparse", "step_rewards_indicator_lambda": 1.0}
+
+
+def _judge_tables(judge_url: str) -> dict:
+    return {"judge": {"timeout_s": 30, "reward_blend": {"env": 1.0, "outcome": 1.0},
+                      "options": {"provider": "openai", "model": "judge-model", "event": False, "base_url": judge_url}}}
+
+
+def _sparse_step_mean(requests: list[dict]) -> float:
+    """The mean step reward of the rollouts these judge requests graded (their reward, as the judge saw it);
+    env_sparse with lambda 1: r + 1 when r > 0."""
+    raw = [float(re.search(r'\\?"reward\\?": ([0-9.]+)', r["body"]["messages"][1]["content"]).group(1))
+           for r in requests]
+    return statistics.fmean(r + (1.0 if r > 0 else 0.0) for r in raw)
 
 
 def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text_models: list[Path],
@@ -34,12 +49,8 @@ def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text
 
     recorder = Recorder()
     with scripted_model(judge) as (judge_url, server), running_app(quiz_app()) as app:
-        tables = {"judge": {"timeout_s": 30, "reward_blend": {"env": 1.0, "outcome": 1.0},
-                            "options": {"provider": "openai", "model": "judge-model", "event": False,
-                                        "base_url": judge_url}}}
-        run_in_process(tmp_path, tiny_text_models, app, recorder, tables=tables, iterations_per_epoch=1,
-                       step_rewards_enabled=True, step_rewards_mode="env_sparse",
-                       step_rewards_indicator_lambda=1.0)
+        run_in_process(tmp_path, tiny_text_models, app, recorder, tables=_judge_tables(judge_url),
+                       iterations_per_epoch=1, **STEP_REWARDS)
 
     assert len(server.requests) == 8  # 2 seeds x 4 rollouts, outcome judging only
     first = server.requests[0]
@@ -48,10 +59,8 @@ def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text
     assert "What color is the" in prompt
     assert "0.5 right colour" in prompt  # no [judge].rubric: the rubric color-quiz advertises on /info
     # each rollout's graded reward, as the judge saw it; env_sparse with lambda 1: r + 1 when r > 0
-    raw = [float(re.search(r'\\?"reward\\?": ([0-9.]+)', r["body"]["messages"][1]["content"]).group(1))
-           for r in server.requests]
     step_mean = recorder.series("reward.step.mean")[0]
-    assert step_mean == pytest.approx(statistics.fmean(r + (1.0 if r > 0 else 0.0) for r in raw))
+    assert step_mean == pytest.approx(_sparse_step_mean(server.requests))
     assert recorder.series("reward.judge.mean") == [0.5] and recorder.series("judge.failures") == [1.0]
     # the garbage answer's rollout takes its group's mean judge score (0.5), not 0
     assert recorder.series("reward.mean")[0] == pytest.approx(step_mean + 0.5)
@@ -62,3 +71,26 @@ def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text
     assert (started["step_rewards"], started["judge"]) == ("env_sparse", "openai:judge-model")
     assert started["judge_rubrics"] == {"outcome": "task_app"}
     assert JUDGE_KEY not in json.dumps(recorder.events) + json.dumps(recorder.metrics)
+
+
+def test_step_rewards_and_judge_blend_asynchronously(tmp_path: Path, tiny_text_models: list[Path],
+                                                    monkeypatch: pytest.MonkeyPatch):
+    """`max_staleness = 1`, two iterations: the second batch is sampled while the first trains, and each
+    iteration's reward is still its own step rewards + the judge's scores of its own rollouts."""
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", JUDGE_KEY)
+    recorder = Recorder()
+    with scripted_model(lambda body: completion('{"score": 0.5, "reason": "fine"}')) as (judge_url, server), \
+            running_app(quiz_app()) as app:
+        run_in_process(tmp_path, tiny_text_models, app, recorder, tables=_judge_tables(judge_url),
+                       iterations_per_epoch=2, max_staleness=1, **STEP_REWARDS)
+
+    assert len(server.requests) == 16  # each iteration's 8 rollouts judged once, iteration by iteration
+    step_means = recorder.series("reward.step.mean")
+    assert step_means == pytest.approx([_sparse_step_mean(server.requests[:8]), _sparse_step_mean(server.requests[8:])])
+    assert recorder.series("reward.judge.mean") == [0.5, 0.5] and not recorder.of("rl.judge.failed")
+    assert recorder.series("reward.mean") == pytest.approx([m + 0.5 for m in step_means])
+    assert recorder.series("staleness.max") == [0, 1]  # the second batch was sampled by the first version
+    started = recorder.of("rl.train.started")[0]["data"]
+    assert (started["max_staleness"], started["step_rewards"], started["judge"]) == (1, "env_sparse",
+                                                                                     "openai:judge-model")

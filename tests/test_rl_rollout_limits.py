@@ -1,6 +1,7 @@
 """The rollout side of an RL run, for real (tiny Qwen3, the color-quiz app over HTTP, `run_rl` in process): a
 rollout that times out is counted and left out and its late policy calls are not kept; the concurrency bound
-holds and a retry's back-off frees its slot; thinking_mode / thinking_budget from [rollout] reach the policy."""
+holds and a retry's back-off frees its slot; thinking_mode / thinking_budget from [rollout] reach the policy (also
+under asynchronous GSPO)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_support import Recorder, quiz_app, run_in_process
+from rl_support import Recorder, quiz_app, record_policy_calls, run_in_process
 from taskapp_support import running_app
 
 pytestmark = pytest.mark.slow
@@ -83,27 +84,27 @@ def test_concurrency_is_bounded_and_a_retry_back_off_frees_its_slot(tmp_path: Pa
     assert len(attempts) == 9
 
 
+@pytest.mark.parametrize("max_staleness", [0, 1], ids=["sync", "async"])
 def test_thinking_mode_and_budget_from_the_job_config_reach_inference(tmp_path: Path, tiny_text_models: list[Path],
-                                                                      engines: list, monkeypatch: pytest.MonkeyPatch):
-    from synth_ai.backend.inference.policy_server import LocalPolicyServer
-
+                                                                      engines: list, monkeypatch: pytest.MonkeyPatch,
+                                                                      max_staleness: int):
+    """Also asynchronously (two iterations, the second sampled while the first trains): the budget holds for
+    tokens sampled by every policy version."""
     taken: list = []
-    real_take = LocalPolicyServer.take_calls
-
-    def take(self, cid: str) -> list:
-        calls = real_take(self, cid)
-        taken.extend(calls)
-        return calls
-
-    monkeypatch.setattr(LocalPolicyServer, "take_calls", take)
+    record_policy_calls(monkeypatch, taken)
     recorder = Recorder()
+    iterations = 1 + max_staleness
     with running_app(quiz_app()) as url:
-        run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=1,
+        run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=iterations,
+                       max_staleness=max_staleness,
                        tables={"rollout": {"thinking_mode": "think", "thinking_budget": 3}})
     tokenizer = engines[0].served.tokenizer
     close = tokenizer.convert_tokens_to_ids("</think>")
     samples = [s for call in taken for s in call.samples]
-    assert len(samples) == 8
+    assert len(samples) == 8 * iterations
+    if max_staleness:  # the second batch was sampled (in part) by version 0 and trained at version 1
+        assert recorder.series("staleness.max") == [0, 1]
+        assert {v for s in samples for v in s.versions} <= {0, 1} and len(recorder.series("loss")) == 2
     for sample in samples:
         assert tokenizer.decode(sample.prompt_ids).endswith("<think>\n")  # the prompt opens the think block
         assert close in sample.completion_ids[:5]  # budget 3 (the prompt's "\n" counts): closed by position 4
