@@ -58,8 +58,9 @@ def test_lora_rl_continues_an_imported_adapter_from_its_weights(tmp_path: Path, 
     model_id = import_model(store, tmp_path / "adapter", name="pirate", base=TINY_TEXT)["id"]
     recorder = Recorder()
     with running_app(quiz_app()) as app:
-        body = rl_body(app, tables={"model": {"trainer_mode": "lora"}, "lora": {"r": 16, "alpha": 32}},
-                       iterations_per_epoch=ITERATIONS, learning_rate=LEARNING_RATE, seed=3)
+        body = rl_body(app, tables={"model": {"trainer_mode": "lora"}, "lora": {"r": 16, "alpha": 32},
+                                    "reference": {"placement": "colocated"}},
+                       iterations_per_epoch=ITERATIONS, learning_rate=LEARNING_RATE, seed=3, kl_coef=0.05)
         body["data"]["model"] = model_id
         result = run_rl({"job_id": "rljob_imported", **body}, workdir=tmp_path / "work", model_store=store,
                         reporter=recorder, should_stop=lambda: False)
@@ -69,8 +70,11 @@ def test_lora_rl_continues_an_imported_adapter_from_its_weights(tmp_path: Path, 
     assert [e["data"] for e in adjusted] == [{"mode": "lora", "lora_r": 4, "lora_alpha": 8.0,
                                               "lora_targets": ["q_proj", "v_proj"]}]
     # the sampler holds the imported adapter too: the first update is exactly on-policy
-    ratios = [s["data"]["ratio_mean"] for s in recorder.of("rl.train.step") if "ratio_mean" in s["data"]]
-    assert ratios and ratios == pytest.approx([1.0] * len(ratios), abs=1e-5)
+    trained_steps = [s["data"] for s in recorder.of("rl.train.step") if "ratio_mean" in s["data"]]
+    assert trained_steps and [s["ratio_mean"] for s in trained_steps] == pytest.approx([1.0] * len(trained_steps),
+                                                                                      abs=1e-5)
+    # the reference is the starting policy, the imported adapter: no KL to it before the first update
+    assert trained_steps[0]["kl_ref"] == pytest.approx(0.0, abs=1e-6)
 
     # the saved rl: model is a LoRA adapter of the root base with the imported rank and targets
     assert result["fine_tuned_model"] == f"rl:{TINY_TEXT}:rljob_imported"

@@ -204,9 +204,9 @@ def imported_adapter_adjustment(model_id: str, model: Any, settings: Any) -> tup
                "lora_targets": _target_names(config.target_modules)}
     job = {"lora_r": int(settings.lora_r), "lora_alpha": float(settings.lora_alpha),
            "lora_targets": _target_names(settings.lora_targets)}
-    return (f"{model_id} is an imported LoRA adapter: training continues it as LoRA with its own rank, alpha and "
-            "target modules (the job's LoRA settings do not apply).",
-            {"mode": "lora", **{key: value for key, value in adapter.items() if job[key] != value}})
+    message = (f"{model_id} is an imported LoRA adapter: training continues it as LoRA with its own rank, alpha "
+               "and target modules (the job's LoRA settings do not apply).")
+    return message, {"mode": "lora", **{key: value for key, value in adapter.items() if job[key] != value}}
 
 
 def _target_names(targets: Any) -> Any:
