@@ -7,7 +7,8 @@ registry base the model is built on, so jobs resolve its family and training mod
 
 - an adapter (`adapter_config.json`): its base comes from `base_model_name_or_path` when that is a registry id, or
   a folder holding the same weights as a base of this backend (an exported `base_model/`); `base` may name it, and
-  must then agree with the adapter. Jobs continue training the adapter as LoRA.
+  must then agree with the adapter. Jobs continue training the adapter as LoRA. An adapter saved without
+  its tokenizer gets its base's tokenizer files.
 - a full model (`config.json` and safetensors): `base` names the registry model it is built like.
 """
 
@@ -64,11 +65,24 @@ def import_model(store: ModelStore, folder: Path, *, name: str | None = None, ba
         for item in source.iterdir():
             if item.is_file() and not item.name.startswith(".") and item.name != _CARD:
                 shutil.copy2(item, staging / item.name)
+        if adapter and not (staging / "tokenizer_config.json").exists():
+            _copy_base_tokenizer(Path(store.resolve(base_id)), staging)
         card = {"kind": "fine_tuned", "model_id": model_id, "base_model": base_id, "job_id": None,
                 "training_kind": "lora" if adapter else "full", "imported_from": str(source.resolve())}
         (staging / _CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     store.register_fine_tuned(model_id, base_id, None, target)
     return {**store.fine_tuned_entry(model_id), "kind": "imported"}
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "added_tokens.json",
+                    "special_tokens_map.json", "chat_template.jinja")
+
+
+def _copy_base_tokenizer(base: Path, staging: Path) -> None:
+    """An adapter saved without its tokenizer takes its base's: jobs and inference read the model's folder."""
+    for name in _TOKENIZER_FILES:
+        if (base / name).exists():
+            shutil.copy2(base / name, staging / name)
 
 
 def _full_base(base: str | None) -> str:

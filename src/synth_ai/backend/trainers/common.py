@@ -195,6 +195,25 @@ def is_imported_adapter(model_store: Any, model_id: str) -> bool:
     return bool(card.get("imported_from")) and card.get("training_kind") == "lora"
 
 
+def imported_adapter_adjustment(model_id: str, model: Any, settings: Any) -> tuple[str, dict[str, Any]]:
+    """(message, data) of the `*.config.adjusted` event of a job continuing the imported adapter `model_id` (a
+    PeftModel): the adapter's own rank, alpha and target modules apply; `data` holds those that differ from the
+    job's LoRA settings (docs/models.md)."""
+    config = next(iter(model.peft_config.values()))
+    adapter = {"lora_r": int(config.r), "lora_alpha": float(config.lora_alpha),
+               "lora_targets": _target_names(config.target_modules)}
+    job = {"lora_r": int(settings.lora_r), "lora_alpha": float(settings.lora_alpha),
+           "lora_targets": _target_names(settings.lora_targets)}
+    message = (f"{model_id} is an imported LoRA adapter: training continues it as LoRA with its own rank, alpha "
+               "and target modules (the job's LoRA settings do not apply).")
+    return message, {"mode": "lora", **{key: value for key, value in adapter.items() if job[key] != value}}
+
+
+def _target_names(targets: Any) -> Any:
+    """Target modules comparable across peft's set and a job's list; a string ("all-linear", a regex) as it is."""
+    return targets if isinstance(targets, str) else sorted(targets or [])
+
+
 def vision_base_folder(model_store: Any, path: Path) -> Path:
     """The folder whose config says whether a model is Qwen3-VL (a LoRA adapter folder has no config)."""
     from synth_ai.backend.ml import loading

@@ -99,6 +99,8 @@ def _start(spec: dict[str, Any], settings: RLSettings, dp: Any, devices: Any, wo
     from synth_ai.backend.trainers.rl.rollouts import pick_environment_key
 
     trainer = GSPOTrainer(settings, model_store, workdir)
+    if trainer.adjustment is not None and len(trainer.adjustment[1]) > 1:  # the job's LoRA settings set aside
+        reporter.event("rl.config.adjusted", *trainer.adjustment)
     state = trainer.resume(reporter)
     wait = TaskAppWait(settings, dp, reporter, should_stop)
     wait.before_start(int(state.get("iteration", 0)))  # a resumed job whose app is not back yet waits for it

@@ -96,7 +96,8 @@ class GSPOTrainer:
         import torch
 
         from synth_ai.backend.ml import loading
-        from synth_ai.backend.trainers.common import load_policy, vision_base_folder, wrap_lora
+        from synth_ai.backend.trainers.common import (imported_adapter_adjustment, is_imported_adapter, load_policy,
+                                                      vision_base_folder, wrap_lora)
 
         self.settings = settings
         self.store = model_store
@@ -113,8 +114,13 @@ class GSPOTrainer:
         self.where = loading.Placement(where.device, load_dtype)
         self.dtype_name = "bf16" if self.use_bf16 else "fp32"
         torch.manual_seed(settings.seed)
-        model, self.tokenizer_path, self.root_base, self.from_lora = load_policy(model_store, settings.model_id,
-                                                                                 self.where)
+        # LoRA mode continues an imported adapter as that adapter (as SFT does); full mode trains it merged
+        self.continued_adapter = settings.mode == "lora" and is_imported_adapter(model_store, settings.model_id)
+        model, self.tokenizer_path, self.root_base, self.from_lora = load_policy(
+            model_store, settings.model_id, self.where, keep_adapter=self.continued_adapter)
+        # the `rl.config.adjusted` event the loop reports: (message, data), or None
+        self.adjustment = (imported_adapter_adjustment(settings.model_id, model, settings)
+                           if self.continued_adapter else None)
         self.base_folder = base_folder
         self.tokenizer = loading.load_tokenizer(self.tokenizer_path)
         self.processor = None
@@ -126,7 +132,7 @@ class GSPOTrainer:
             self.reference = copy.deepcopy(model).eval()
             for p in self.reference.parameters():
                 p.requires_grad_(False)
-        if settings.mode == "lora":
+        if settings.mode == "lora" and not self.continued_adapter:
             model = wrap_lora(model, settings, self.vision)
         model.eval()  # no dropout: see the module docstring
         self.model = model
@@ -295,7 +301,8 @@ class GSPOTrainer:
         s = self.settings
         model = self.model
         mode = s.mode
-        if s.mode == "lora" and s.model_id != self.root_base:  # adapters over a fine-tune: save the whole model
+        # adapters over a fine-tune: save the whole model; a continued imported adapter stays an adapter
+        if s.mode == "lora" and s.model_id != self.root_base and not self.continued_adapter:
             model, mode = self.model.merge_and_unload(), "full"
         fine_tuned = f"rl:{self.root_base}:{s.job_id}"
         rewards = [h["reward_mean"] for h in history if h.get("reward_mean") is not None]

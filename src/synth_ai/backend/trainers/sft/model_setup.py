@@ -32,7 +32,8 @@ def build_training_model(settings: Settings, runtime: Runtime, tokenizer: Any, p
     import torch
 
     from synth_ai.backend.ml import loading
-    from synth_ai.backend.trainers.common import is_imported_adapter, load_policy, wrap_lora
+    from synth_ai.backend.trainers.common import (imported_adapter_adjustment, is_imported_adapter, load_policy,
+                                                  wrap_lora)
     from synth_ai.backend.trainers.sft import fsdp
 
     torch.manual_seed(settings.seed)
@@ -46,9 +47,10 @@ def build_training_model(settings: Settings, runtime: Runtime, tokenizer: Any, p
     model, _, root_base, _ = load_policy(model_store, settings.base_model,
                                          loading.Placement("cpu" if sharded else runtime.where.device, load_dtype),
                                          keep_adapter=adapter)
-    if adapter and settings.mode != "lora":
-        reporter.event("sft.config.adjusted", f"{settings.base_model} is an imported LoRA adapter: training continues "
-                       "it as LoRA (its own rank and target modules).", {"mode": "lora"})
+    if adapter:
+        message, adjusted = imported_adapter_adjustment(settings.base_model, model, settings)
+        if settings.mode != "lora" or len(adjusted) > 1:
+            reporter.event("sft.config.adjusted", message, adjusted)
     if settings.activation_checkpointing:
         _checkpoint_activations(model)
     if settings.mode == "lora" and not adapter:
