@@ -93,8 +93,10 @@ def vllm_tokens(vllm, folder: Path, ids: list[int], *, adapter: Path | None = No
     """Greedy tokens from vLLM loading `folder` in this process: without the adapter, then with it (when given)."""
     from vllm.lora.request import LoRARequest
 
-    llm = vllm.LLM(model=str(folder), dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
-                   enable_lora=adapter is not None, max_lora_rank=8, max_loras=1)
+    from synth_ai.backend.inference.vllm_engine import create_llm  # vllm.LLM, safe in a process that ran crafter
+
+    llm = create_llm(dict(model=str(folder), dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
+                          enable_lora=adapter is not None, max_lora_rank=8, max_loras=1))
     params = vllm.SamplingParams(temperature=0, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS)
     try:
         runs = [None] + ([LoRARequest("export", 1, str(adapter))] if adapter is not None else [])

@@ -108,9 +108,9 @@ def test_a_data_parallel_job_samples_with_the_builtin_engine():
     from synth_ai.backend.trainers.rl.engine_choice import VllmOptions, choose_engine
     from synth_ai.errors import UnavailableError
 
-    assert choose_engine(VllmOptions(), cuda=True, installed=True, requested="auto")[0] == "vllm"
-    name, why = choose_engine(VllmOptions(), cuda=True, installed=True, requested="auto", ranks=2)
+    assert choose_engine(VllmOptions(), installed=True, requested="auto")[0] == "vllm"
+    name, why = choose_engine(VllmOptions(), installed=True, requested="auto", ranks=2)
     assert name == "builtin" and "2 ranks" in why
     with pytest.raises(UnavailableError) as info:
-        choose_engine(VllmOptions(), cuda=True, installed=True, requested="vllm", ranks=2)
+        choose_engine(VllmOptions(), installed=True, requested="vllm", ranks=2)
     assert "SYNTH_AI_ROLLOUT_ENGINE=builtin" in info.value.hint

@@ -26,6 +26,10 @@ def engine(tmp_path_factory: pytest.TempPathFactory):
     from synth_ai.backend.inference.vllm_options import VllmOptions
     from synth_ai.backend.ml import loading
 
+    # a process that has run crafter holds numba's llvmlite, whose `ffi.lib` broke vLLM's start-up scan of modules
+    import crafter  # noqa: F401
+
+    assert "llvmlite.binding.ffi" in __import__("sys").modules
     path = hd64_model(tmp_path_factory)
     loading.configure_threads(tiny=True)
     model = loading.load_model(path, loading.Placement("cpu", torch.float32)).eval()

@@ -30,6 +30,7 @@ Not done: the thinking budget (`thinking_budget`) is not enforced by this engine
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from synth_ai.backend.inference import generation, vllm_lora
@@ -56,6 +57,7 @@ try:  # vLLM's refusals of a request; older vLLM raised ValueError only
 except ImportError:  # pragma: no cover - older vLLM
     VLLMClientError = ValueError
 REFUSALS = (ValueError, VLLMClientError)
+_LLVMLITE_FFI = "llvmlite.binding.ffi"
 
 
 class RolloutEngineLost(UnavailableError):
@@ -251,10 +253,17 @@ def create_llm(kwargs: dict[str, Any]) -> Any:
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     set_num_threads = torch.set_num_threads
+    # vLLM's CPU worker rebinds kernels by scanning every loaded module's namespace and calling vars() on each value.
+    # llvmlite's `binding.ffi.lib` (loaded with numba, which crafter's noise generator imports) answers vars() with a
+    # C function, and the scan fails ("'_lib_fn_wrapper' object has no attribute 'get'"): that module sits out the
+    # scan. Nothing vLLM's start-up imports needs it (llvmlite modules already loaded keep their reference).
+    hidden = sys.modules.pop(_LLVMLITE_FFI, None)
     try:
         return vllm.LLM(**kwargs)
     finally:
         torch.set_num_threads = set_num_threads
+        if hidden is not None:
+            sys.modules[_LLVMLITE_FFI] = hidden
 
 
 def _plain_weights(model: Any, peft: bool) -> Any:

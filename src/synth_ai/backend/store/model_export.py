@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def build_export(store: ModelStore, model_id: str, *, merge: bool = False) -> di
 def export_file(store: ModelStore, key: str, relative: str) -> tuple[Path, dict[str, Any]]:
     """The path of one file of a prepared export, and its manifest entry; NotFoundError for anything not listed."""
     folder = exports_root(store) / key
-    if "/" in key or key.startswith(".") or not (folder / "manifest.json").exists():
+    if not _EXPORT_KEY.fullmatch(key) or not (folder / "manifest.json").exists():
         raise NotFoundError(f"Export '{key}' does not exist on this backend.",
                             hint="Prepare it again with POST /api/exports (`synth-ai models export`).")
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -111,6 +112,9 @@ def _source_of(store: ModelStore, model_id: str) -> tuple[Path, dict[str, Any], 
             raise NotFoundError(f"Model '{model_id}' is not a model of this backend.", hint=LIST_HINT)
     path = store.resolve(model_id)
     return path, read_model_card(path), None
+
+
+_EXPORT_KEY = re.compile(r"exp-[0-9a-f]{16}(-merged)?")  # what `_export_key` makes; anything else is not an export
 
 
 def _export_key(model_id: str, merged: bool, source: Path) -> str:
