@@ -22,7 +22,7 @@ class TrackingSettings:
     mlflow_experiment: str
     tags: tuple[str, ...]
     tensorboard_dir: Path
-    wandb_dir: Path | None  # None: WANDB_DIR (wandb reads it itself)
+    wandb_dir: Path  # WANDB_DIR, read here and passed to wandb.init: wandb reads its environment once per process
     sample_rows: int
 
 
@@ -52,7 +52,7 @@ def resolve_tracking(logging: Mapping[str, Any] | None, *, run_id: str, data_dir
         wandb_project=str(project or environ.get("WANDB_PROJECT") or DEFAULT_PROJECT),
         mlflow_experiment=str(project or environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_PROJECT),
         tags=tuple(str(t) for t in table.get("tags") or ()), tensorboard_dir=tb_dir,
-        wandb_dir=None if environ.get("WANDB_DIR") else root,
+        wandb_dir=Path(environ["WANDB_DIR"]).expanduser() if environ.get("WANDB_DIR") else root,
         sample_rows=int(table["sample_rows"]) if table.get("sample_rows") is not None else DEFAULT_SAMPLE_ROWS)
 
 

@@ -25,14 +25,11 @@ class WandbSink:
         import wandb
 
         self.wandb = wandb
-        kwargs: dict[str, Any] = {}
-        if settings.wandb_dir is not None:
-            settings.wandb_dir.mkdir(parents=True, exist_ok=True)
-            kwargs["dir"] = str(settings.wandb_dir)
-        self.run = wandb.init(project=settings.wandb_project, name=settings.run_name, id=_run_id(settings.run_id),
-                              resume="allow", tags=list(settings.tags) or None, config=config, reinit="create_new",
-                              settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, console="off", silent=True),
-                              **kwargs)
+        settings.wandb_dir.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(dir=str(settings.wandb_dir), project=settings.wandb_project, name=settings.run_name,
+                              id=_run_id(settings.run_id), resume="allow", tags=list(settings.tags) or None,
+                              config=config, reinit="create_new",
+                              settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S, console="off", silent=True))
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")  # our steps may repeat or arrive late: no monotonic _step
 
