@@ -26,8 +26,8 @@ from pathlib import Path
 from synth_ai.env.backend_url import DEFAULT_EMBEDDED_PORT
 from synth_ai.errors import InvalidInputError
 
-EXECUTORS = ("local", "torchrun", "modal")
-INFERENCE_ENGINES = ("builtin", "vllm")  # SYNTH_AI_INFERENCE_ENGINE: what samples /api/inference  # the names `--executor` takes; backend/executors registers one of each
+EXECUTORS = ("local", "torchrun", "modal")  # the names `--executor` takes; backend/executors registers one of each
+INFERENCE_ENGINES = ("builtin", "vllm")  # SYNTH_AI_INFERENCE_ENGINE: what samples /api/inference
 MODAL_TOKEN_HINT = ("Give this backend a Modal token: run `modal token set --token-id … --token-secret …` (or "
                     "`modal token new`), or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in the backend's environment, "
                     "then restart it with `synth-ai backend serve --executor modal`.")
@@ -195,23 +195,26 @@ def check_executor_name(name: str) -> str:
 
 def check_inference_engine(name: str) -> str:
     """SYNTH_AI_INFERENCE_ENGINE's value, checked: a known engine, and vLLM installed when it is vllm."""
-    import importlib.util
-
     variable = ENV_VARS["inference_engine"][0]
     value = (name or "builtin").strip().lower()
     if value not in INFERENCE_ENGINES:
         raise InvalidInputError(f"{variable}={name!r} is not an inference engine.",
                                 hint=f"Use one of: {', '.join(INFERENCE_ENGINES)}.")
-    try:
-        installed = importlib.util.find_spec("vllm") is not None
-    except (ImportError, ValueError):
-        installed = False
-    if value == "vllm" and not installed:  # the commands are vllm_options' (a layer above this module)
+    if value == "vllm" and not _vllm_installed():  # the commands are vllm_options' (a layer above this module)
         raise InvalidInputError(f"{variable}=vllm, but vLLM is not installed in this backend's environment.",
                                 hint="On a CPU machine run ./scripts/bootstrap.sh --vllm; on a GPU machine pip "
                                      f"install 'synth-ai[vllm]'. Or unset {variable} to serve with the built-in "
                                      "engine.")
     return value
+
+
+def _vllm_installed() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _trace_paths(flags: list[str] | None) -> list[Path]:
