@@ -57,7 +57,9 @@ def _thirds(values: list[float]) -> tuple[float, float]:
 
 
 def test_max_staleness_two_learns_near_the_synchronous_curve(tmp_path: Path, tiny_text_models: list[Path]):
-    size = {"iterations_per_epoch": 12, "batch_size": 4, "group_size": 8, "seed": 1}
+    # 18 iterations: over 12, one run in CI (both cores busy) gained only 0.09 between its thirds; which weights
+    # sample a batch depends on timing, so the asynchronous curve varies from run to run (0.17-0.33 over 18).
+    size = {"iterations_per_epoch": 18, "batch_size": 4, "group_size": 8, "seed": 1}
     curves = {}
     for staleness in (0, 2):
         recorder = Recorder()
@@ -73,10 +75,10 @@ def test_max_staleness_two_learns_near_the_synchronous_curve(tmp_path: Path, tin
     assert abs(last - sync_last) < 0.25, (rewards, curves[0].series("reward.mean"))
 
     for name in POOL_METRICS + OFF_POLICY_METRICS + ("frac_reward_zero_std", "trainer_idle_s"):
-        assert len(recorder.series(name)) == 12, name
+        assert len(recorder.series(name)) == 18, name
     staleness = recorder.series("staleness.max")
     assert max(staleness) <= 2 and max(staleness) >= 1  # trained while the next batches were sampled
-    assert recorder.series("stale_samples.dropped") == [0] * 12  # the pool never starts a batch too far ahead
+    assert recorder.series("stale_samples.dropped") == [0] * 18  # the pool never starts a batch too far ahead
     assert max(recorder.series("backlog.groups")) <= 2 * 4
     assert all(0 <= f <= 1 for f in recorder.series("is_truncated_frac"))
     started = recorder.of("rl.train.started")[0]["data"]
