@@ -65,14 +65,15 @@ LAYERS: tuple[Layer, ...] = (
           ("synth_ai.backend.server_settings", "synth_ai.backend.http_errors", "synth_ai.backend.auth"),
           ("synth_ai.backend",)),
     Layer("taskapp", "Task apps and tracing", "the task-app SDK and server, trace recording",
-          ("synth_ai.taskapp", "synth_ai.tracing")),
+          ("synth_ai.taskapp", "synth_ai.tracing", "synth_ai.verifiers_app")),
     Layer("shared", "Shared definitions", "what client and backend agree on: config files, dataset rules, the model "
           "registry, env and key files, experiment trackers",
           ("synth_ai.config", "synth_ai.datasets", "synth_ai.models", "synth_ai.env", "synth_ai.tracking")),
     Layer("foundation", "Foundation", "small helpers any layer may use: errors and exit codes, files, JSON, "
           "loopback HTTP, URLs, ports, processes, charts, time",
           ("synth_ai.errors", "synth_ai.fsutil", "synth_ai.lean_json", "synth_ai.loopback_http", "synth_ai.charts",
-           "synth_ai.apidocs", "synth_ai.timestamps", "synth_ai.ports", "synth_ai.processes", "synth_ai.urls"),
+           "synth_ai.apidocs", "synth_ai.timestamps", "synth_ai.ports", "synth_ai.processes", "synth_ai.urls",
+           "synth_ai.chat_sse"),
           ("synth_ai",)),
 )
 

@@ -90,6 +90,9 @@ class ModalDeploymentConfig:
     cpu: float = 2.0
     min_containers: int = 1
     max_containers: int = 4
+    # (name, value) pairs set in the container before the app loads (not secrets: they are written into the
+    # generated Modal script; secrets go through secret_names or env files)
+    environment: Sequence[tuple[str, str]] = ()
 
 
 @dataclass

@@ -30,6 +30,7 @@ from typing import Any
 
 from synth_ai.taskapp.errors import TaskAppNotFoundError
 from synth_ai.taskapp.siblings import import_file
+from synth_ai.verifiers_app import is_verifiers_id
 
 IGNORED_DIRS = frozenset({".git", "__pycache__", "node_modules", "venv", ".venv", "build", "dist", ".mypy_cache",
                           ".pytest_cache", "site-packages", ".tox", ".ruff_cache"})
@@ -229,6 +230,17 @@ def discover_task_apps(*, roots: Iterable[Path] | None = None, include_modal: bo
     return choices
 
 
+def verifiers_choice(app_id: str) -> AppChoice:
+    """`verifiers:<target>`: an environment served by `synth_ai.verifiers_app`, not a file found on disk; its path
+    is the module that defines it (what a Modal image copies)."""
+    from synth_ai.verifiers_app.app import module_file, resolve
+
+    target = resolve(app_id)
+    path = module_file(target)
+    return AppChoice(app_id, path if path is not None else Path(target.module_name), kind="verifiers",
+                     description=f"verifiers environment {target.spec}")
+
+
 def available_ids(choices: Iterable[AppChoice]) -> list[str]:
     return sorted({c.app_id for c in choices})
 
@@ -237,6 +249,8 @@ def find_task_app(app_id: str | None, *, roots: Iterable[Path] | None = None, in
                   choices: list[AppChoice] | None = None) -> AppChoice:
     """The app named `app_id` (an id or an alias; the best-ranked one when several files declare it). With no id,
     the only discovered app; several → an error listing them."""
+    if choices is None and is_verifiers_id(app_id):
+        return verifiers_choice(app_id)
     found = choices if choices is not None else discover_task_apps(roots=roots, include_modal=include_modal)
     hint = "Run `synth-ai task-app list` to see every app, or add a directory with SYNTH_TASK_APP_SEARCH_PATH."
     if not found:
@@ -299,6 +313,10 @@ def load_task_app(choice: AppChoice | str) -> Any:
 
     if isinstance(choice, str):
         choice = find_task_app(choice)
+    if is_verifiers_id(choice.app_id):
+        from synth_ai.verifiers_app.app import task_app_entry
+
+        return task_app_entry(choice.app_id, choice.path)
     module = import_app_module(choice.path)
     entry = get_registered(choice.app_id)
     if entry is None:

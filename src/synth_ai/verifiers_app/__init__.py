@@ -1,0 +1,27 @@
+"""Any `verifiers` environment served as a synth-ai task app: `synth-ai serve verifiers:<target>`.
+
+`<target>` is the id of an installed environment (taskset) package, or the path of a local module (a `.py` file
+or a package directory) that defines one. Supported: the `verifiers.v1` API of verifiers 0.4.0 (a `Taskset` of
+`Task`s scored by `@vf.reward` methods; tools as `vf.Toolset`s), run by verifiers' tool-less `null` harness in a
+local subprocess. Everything here imports `verifiers` lazily: `synth-ai --help` and the other task apps never
+load it.
+
+Modules: `target` (what `<target>` names, and the errors when it names nothing), `environment` (the loaded
+environment: tasks per split, what `/task_info` says, the serving resources), `relay` (the loopback endpoint the
+environment's chat program calls; it forwards to the policy's `inference_url`, `?cid=` included), `episode` (an
+episode as a rollout response and a trace), `app` (the task-app entry and its `/rollout`).
+"""
+
+from __future__ import annotations
+
+PREFIX = "verifiers:"
+ENV_ARGS_VAR = "SYNTH_VERIFIERS_ENV_ARGS"  # JSON object: the taskset's config fields (`serve --env-args`)
+REQUIREMENT = "verifiers==0.4.0"
+INSTALL_HINT = "Install the extra: pip install 'synth-ai[verifiers]' (it pins verifiers 0.4.0)."
+
+
+def is_verifiers_id(app_id: str | None) -> bool:
+    return isinstance(app_id, str) and app_id.startswith(PREFIX)
+
+
+__all__ = ["ENV_ARGS_VAR", "INSTALL_HINT", "PREFIX", "REQUIREMENT", "is_verifiers_id"]
