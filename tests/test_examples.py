@@ -110,7 +110,8 @@ RL_EXAMPLES = [p for p in EXAMPLES if _is_rl(p)]
 
 @pytest.mark.parametrize("path", RL_EXAMPLES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_rl_example_says_how_to_serve_its_task_app(path: Path):
-    """The leading comment names `synth-ai serve <id> --port N`: a bundled app, on the port `task_url` uses."""
+    """The leading comment names `synth-ai serve <id> --port N`: a bundled app or a verifiers environment that
+    resolves, on the port `task_url` uses."""
     import re
     import tomllib
     from urllib.parse import urlsplit
@@ -121,12 +122,17 @@ def test_rl_example_says_how_to_serve_its_task_app(path: Path):
     header = "\n".join(line for line in lines[:next(i for i, l in enumerate(lines) if not l.startswith("#"))])
     found = re.search(r"synth-ai serve (\S+) --port (\d+)", header)
     assert found, f"{path.name}: the leading comment does not say `synth-ai serve <app-id> --port N`"
-    names = {name for choice in discover_task_apps(roots=[bundled_apps_dir()]) for name in choice.names()}
-    assert found.group(1) in names, f"{path.name}: {found.group(1)!r} is not a bundled task app ({sorted(names)})"
+    if found.group(1).startswith("verifiers:"):
+        from synth_ai.taskapp.discovery import find_task_app
+
+        assert find_task_app(found.group(1)).path.is_file()  # the environment's module, from the repository root
+    else:
+        names = {name for choice in discover_task_apps(roots=[bundled_apps_dir()]) for name in choice.names()}
+        assert found.group(1) in names, f"{path.name}: {found.group(1)!r} is not a bundled task app ({sorted(names)})"
     task_url = tomllib.loads(path.read_text())["services"]["task_url"]
     assert int(found.group(2)) == urlsplit(task_url).port, f"{path.name}: the port differs from {task_url}"
 
 
 def test_every_rl_example_is_checked_for_its_serve_line():
     assert {"rl_vision_qwen3_vl_4b.toml", "rl_thinking_qwen3_4b.toml", "crafter_rl_vision_qwen3vl4b.toml",
-            "crafter_rl_vision_qwen3vl4b_thinking.toml", "rl_tiny_local.toml"} <= {p.name for p in RL_EXAMPLES}
+            "crafter_rl_vision_qwen3vl4b_thinking.toml", "rl_tiny_local.toml", "rl_tiny_verifiers.toml"} <= {p.name for p in RL_EXAMPLES}

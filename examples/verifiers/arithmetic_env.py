@@ -1,0 +1,56 @@
+"""A verifiers environment (the v1 API of verifiers 0.4.0) small enough to train on a laptop CPU:
+one arithmetic question per task, answered in one turn. Serve it as a synth-ai task app with
+
+    synth-ai serve verifiers:examples/verifiers/arithmetic_env.py --port 8103
+
+(docs/verifiers.md walks through serve, eval and RL). `num_tasks` and `split` are its config fields:
+`--env-args '{"num_tasks": 50}'`.
+"""
+
+import random
+import re
+
+import verifiers.v1 as vf
+
+
+class ArithmeticData(vf.TaskData):
+    answer: str = ""
+
+
+class ArithmeticTask(vf.Task[ArithmeticData]):
+    @vf.reward(weight=1.0)
+    async def correct(self, trace: vf.Trace) -> float:
+        """1 when the last number of the reply is the answer."""
+        numbers = re.findall(r"-?\d+", final_reply(trace))
+        return 1.0 if numbers and numbers[-1] == self.data.answer else 0.0
+
+    @vf.reward(weight=0.2)
+    async def brief(self, trace: vf.Trace) -> float:
+        """A small bonus for replies of at most 12 words."""
+        return 1.0 if len(final_reply(trace).split()) <= 12 else 0.0
+
+
+def final_reply(trace: vf.Trace) -> str:
+    sampled = [node for node in trace.nodes if node.sampled]
+    return (sampled[-1].message.content or "") if sampled else ""
+
+
+class ArithmeticConfig(vf.TasksetConfig):
+    num_tasks: int = 20
+    split: str = "train"
+
+
+class ArithmeticTaskset(vf.Taskset[ArithmeticTask, ArithmeticConfig]):
+    def load(self):
+        rng = random.Random(0 if self.config.split == "train" else 1)
+        tasks = []
+        for index in range(self.config.num_tasks):
+            a, b = rng.randint(1, 9), rng.randint(1, 9)
+            tasks.append(ArithmeticTask(
+                ArithmeticData(id=f"{self.config.split}-{index}", prompt=f"What is {a} + {b}? Answer with the number.",
+                               answer=str(a + b)),
+                self.config.task))
+        return tasks
+
+
+__all__ = ["ArithmeticTaskset"]
