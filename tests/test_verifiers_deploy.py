@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from taskapp_support import ENV_KEY
+from taskapp_support import ENV_KEY, generated_app_probe
 
 pytest.importorskip("modal")
 pytest.importorskip("verifiers.v1")
@@ -119,20 +119,28 @@ def test_plan_copies_an_installed_single_module_alone_and_checks_the_environment
             plan_for_entry(broken, module_path=site / "my_env.py")
 
 
-def test_nothing_of_its_own_copies_nothing_and_loads_by_id(tmp_path: Path) -> None:
-    """An entry with no module (a taskset bundled with verifiers) mounts no directory: not the working directory."""
-    from synth_ai.deploy.modal_script import plan_for_entry, render_modal_script
-    from synth_ai.taskapp.config import ModalDeploymentConfig, TaskAppEntry
-
-    entry = TaskAppEntry(app_id="verifiers:textarena", description="d", config_factory=lambda: None,
-                         modal=ModalDeploymentConfig(app_name="synth-vf-textarena"))
-    plan = plan_for_entry(entry, module_path=None)
-    assert [remote for _, remote in plan.local_dirs] == ["/opt/synth_ai/synth_ai"] and plan.local_files == ()
-    source = render_modal_script(plan)
+def test_a_bundled_taskset_copies_nothing_and_loads_by_id(cli, isolated_home: Path, monkeypatch) -> None:
+    """A taskset bundled with verifiers has no module of its own: nothing but this package is copied (not the
+    working directory), and the container finds the app by its id alone."""
+    (isolated_home / "unrelated.txt").write_text("the deploying shell's working directory\n")
+    env_file = isolated_home.parent / "deploy.env"
+    env_file.write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\n")
+    result = cli("--json", "deploy", "verifiers:textarena", "--dry-run", "--env-file", str(env_file))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    source = result.json()["source"]
+    assert [remote for _, remote in _MOUNT.findall(source)] == ["/opt/synth_ai/synth_ai"]
+    assert str(isolated_home) not in source and ".add_local_file(" not in source
     assert "TASK_APP_MODULE = None" in source and "    return task_app_asgi(TASK_APP_ID, None)" in source
-    path = tmp_path / "bundled_modal.py"
+    path = isolated_home / "bundled_modal.py"
     path.write_text(source)
     assert load_script(path).app.name == "synth-vf-textarena"  # the source is valid Modal
+
+    from synth_ai.deploy.modal_runtime import task_app_asgi
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    app = task_app_asgi(f"verifiers:{ENVS / 'qa_env.py'}", None)  # by id: discovery resolves it
+    assert app.title == "verifiers: qa_env"
 
 
 @pytest.fixture(scope="module")
@@ -162,15 +170,8 @@ def test_container_loads_the_copied_environment_with_its_env_args(
                             dirs_exist_ok=True)
     script = tmp_path / "container_modal.py"
     script.write_text(source.replace(REMOTE_ROOT, str(container_root)))
-    probe = textwrap.dedent(f'''
-        import json, os, sys, warnings
-        warnings.simplefilter("ignore")
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("container_app", {str(script)!r})
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert "synth_ai" not in sys.modules  # the generated file itself needs only modal
-        app = module.fastapi_app.local()
+    probe = generated_app_probe(script) + textwrap.dedent(f'''
+        import json, os
         from starlette.testclient import TestClient
         import synth_ai
         with TestClient(app) as client:  # runs the lifespan: verifiers' serving resources start and stop
@@ -186,7 +187,7 @@ def test_container_loads_the_copied_environment_with_its_env_args(
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["ENVIRONMENT_API_KEY"] = ENV_KEY  # what the app's Modal secret gives the container
     result = subprocess.run([sys.executable, "-c", probe], cwd=run_dir, env=env, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["synth_ai"].startswith(str(container_root / "synth_ai"))

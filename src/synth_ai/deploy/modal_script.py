@@ -164,11 +164,13 @@ def _environment(pairs: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...
     checked = []
     for pair in pairs:
         name, value = pair if isinstance(pair, (tuple, list)) and len(pair) == 2 else (pair, None)
+        problem = None
         if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise ValueError(f"environment: {name!r} is not a variable name (letters, digits and '_', not first "
-                             "a digit)")
-        if not isinstance(value, str):
-            raise ValueError(f"environment: the value of {name} must be a string, not {type(value).__name__}")
+            problem = f"{name!r} is not a variable name (letters, digits and '_', not first a digit)"
+        elif not isinstance(value, str):
+            problem = f"the value of {name} must be a string, not {type(value).__name__}"
+        if problem:  # a ValueError: the deploy flow reports it as invalid input
+            raise ValueError(f"environment: {problem}")
         checked.append((name, value))
     return tuple(checked)
 
