@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -204,3 +205,17 @@ def subprocess_env(*, isolated: bool = False, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not (isolated and k in _ISOLATED_VARS)}
     env.update({"PYTHONUNBUFFERED": "1", **extra})
     return env
+
+
+def generated_app_probe(script: Path) -> str:
+    """The start of a child's Python source that loads a generated Modal app file as its container does and binds
+    `app` to the web function's ASGI app (run through `.local()`); the file itself must need only `modal`."""
+    return textwrap.dedent(f'''
+        import importlib.util, sys, warnings
+        warnings.simplefilter("ignore")
+        spec = importlib.util.spec_from_file_location("container_app", {str(script)!r})
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert "synth_ai" not in sys.modules  # the generated file itself needs only modal
+        app = module.fastapi_app.local()
+    ''')

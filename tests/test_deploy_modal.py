@@ -24,7 +24,13 @@ from typing import Any
 
 import httpx
 import pytest
-from taskapp_support import ENV_KEY, completion, scripted_model, tool_call
+from taskapp_support import (
+    ENV_KEY,
+    completion,
+    generated_app_probe,
+    scripted_model,
+    tool_call,
+)
 
 from synth_ai.deploy.modal_cli import raise_for_failure, run_modal, url_from_line
 from synth_ai.errors import DeadlineError, ExitCode, ServerError
@@ -348,14 +354,8 @@ def test_generated_app_runs_from_the_container_layout(cli, tmp_path: Path, monke
                             repr(str(root / "task_app" / "crafter" / "task_app.py")))
     script = tmp_path / "container_modal.py"
     script.write_text(source)
-    probe = textwrap.dedent(f'''
-        import asyncio, importlib.util, json, sys, warnings
-        warnings.simplefilter("ignore")
-        spec = importlib.util.spec_from_file_location("container_app", {str(script)!r})
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert "synth_ai" not in sys.modules  # the generated file itself needs only modal
-        app = module.fastapi_app.local()
+    probe = generated_app_probe(script) + textwrap.dedent(f'''
+        import asyncio, json
         import httpx, synth_ai
         async def main():
             transport = httpx.ASGITransport(app=app)

@@ -9,13 +9,17 @@ from typing import Any
 from synth_ai.taskapp.serving import DEFAULT_PORT
 
 
-def resolve_entry(app_id: str | None) -> tuple[Any, Path]:
-    """The `TaskAppEntry` for an id or alias (None: the only app discovered) and the file that registers it."""
+def resolve_entry(app_id: str | None) -> tuple[Any, Path | None]:
+    """The `TaskAppEntry` for an id or alias (None: the only app discovered) and the file that registers it; None
+    for a verifiers environment with no module of its own (a taskset bundled with verifiers: its choice's path is
+    only the taskset's name, not a file to copy)."""
     from synth_ai.taskapp.discovery import find_task_app, load_task_app
 
     choice = find_task_app(app_id)
     entry = load_task_app(choice)
-    return entry, Path(entry.source_path or choice.path).resolve()
+    if entry.source_path:
+        return entry, Path(entry.source_path).resolve()
+    return entry, None if choice.kind == "verifiers" else Path(choice.path).resolve()
 
 
 def serve_with_uvicorn(app_id: str | None, *, host: str, port: int | None, env_files: list[str], reload: bool,

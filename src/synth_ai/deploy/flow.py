@@ -64,7 +64,8 @@ def prepare(request: ModalRequest, out: Any) -> tuple[ModalPlan, list[Path], dic
             f"Task app '{entry.app_id}' does not define Modal deployment settings.",
             hint="Add modal=ModalDeploymentConfig(app_name=…) to its TaskAppEntry, or use --runtime uvicorn.",
         )
-    env_files = resolve_env_files(request.env_files, entry.env_files, module_path.parent)
+    app_dir = module_path.parent if module_path is not None else Path.cwd()
+    env_files = resolve_env_files(request.env_files, entry.env_files, app_dir)
     if env_files:
         out.info("Using env file(s): " + ", ".join(str(p) for p in env_files))
         out.note("every variable in these files is attached to the Modal app as a secret (values are not shown).")
@@ -106,10 +107,11 @@ def modal_command(prefix: Sequence[str], plan: ModalPlan, script_path: Path, mod
 def run(request: ModalRequest, out: Any) -> dict[str, Any]:
     """Deploy or serve on Modal (or, with `dry_run`, only show how); returns the command's result document."""
     plan, env_files, file_values, script_path = prepare(request, out)
+    source = plan.module_path or "the image's installed packages"
     if request.mode == "serve":
-        out.info(f"[modal-serve] serving entry {plan.app_id} from {plan.module_path}")
+        out.info(f"[modal-serve] serving entry {plan.app_id} from {source}")
     else:
-        out.info(f"[deploy] deploying entry {plan.app_id} from {plan.module_path} as Modal app {plan.app_name}")
+        out.info(f"[deploy] deploying entry {plan.app_id} from {source} as Modal app {plan.app_name}")
     summary: dict[str, Any] = {
         "app_id": plan.app_id, "app_name": plan.app_name, "mode": request.mode, "script_path": str(script_path),
         "env_files": [str(p) for p in env_files], "secret_names": list(plan.secret_names),

@@ -4,13 +4,19 @@ Python source that `modal deploy` / `modal serve` runs.
 The generated source uses only the Modal SDK and literal values, so any `modal` CLI can run it, whatever
 interpreter it lives in; `synth_ai` itself is imported only inside the container (and by `.local()`). Secret
 values never appear in it: env files are attached with `Secret.from_dotenv(path)` and keys that live only in the
-process environment with `Secret.from_local_environ([names])`, both read by Modal at deploy time.
+process environment with `Secret.from_local_environ([names])`, both read by Modal at deploy time. The entry's
+`environment` pairs (e.g. a verifiers environment's `SYNTH_VERIFIERS_ENV_ARGS`) are not secrets: they are written
+into the source as literals and set by the web function before the task app loads.
 
 Layout in the container:
 
     /opt/synth_ai/synth_ai/            this package (a local directory, not `pip install synth-ai==…`)
-    /opt/synth_ai/task_app/<dir>/      the directory of the module that registers the task app
+    /opt/synth_ai/task_app/<dir>/      the directory of the module that registers the task app; for a package
+                                       (`<pkg>/__init__.py`) that is the package itself, so it imports by its name;
+                                       for a module installed in site-packages, only that file
     <extra_local_dirs>                 as the entry's ModalDeploymentConfig says
+
+An entry with no module of its own (a taskset bundled with verifiers) copies nothing: the image installs it.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ _FALLBACK_RUNTIME_DEPS: tuple[str, ...] = (
 )
 
 _APP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Directories that hold installed distributions: a module found there is copied alone, never its directory.
+_INSTALL_DIR_NAMES = frozenset({"site-packages", "dist-packages"})
 
 
 def runtime_requirements() -> list[str]:
@@ -63,11 +72,13 @@ class ModalPlan:
 
     app_id: str
     app_name: str
-    module_path: Path  # the file that registers the task app
+    module_path: Path | None  # the file that registers the task app (None: nothing of its own to copy)
     python_version: str = "3.11"
     apt_packages: tuple[str, ...] = ()
     pip_packages: tuple[str, ...] = ()
     local_dirs: tuple[tuple[str, str], ...] = ()  # (local, remote): this package, the app dir, extra dirs
+    local_files: tuple[tuple[str, str], ...] = ()  # (local, remote): a module installed in site-packages
+    environment: tuple[tuple[str, str], ...] = ()  # (name, value) set in the container; not secrets
     secret_names: tuple[str, ...] = ()
     dotenv_files: tuple[Path, ...] = ()
     environ_secret_names: tuple[str, ...] = ()  # taken from the deploying process's environment
@@ -82,14 +93,16 @@ class ModalPlan:
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
-    def remote_module_path(self) -> str:
+    def remote_module_path(self) -> str | None:
+        if self.module_path is None:
+            return None
         return str(PurePosixPath(REMOTE_ROOT, "task_app", self.module_path.parent.name, self.module_path.name))
 
 
 def plan_for_entry(
     entry: Any,
     *,
-    module_path: Path,
+    module_path: Path | None,
     name: str | None = None,
     dotenv_files: Sequence[Path] = (),
     environ_secret_names: Sequence[str] = (),
@@ -103,12 +116,14 @@ def plan_for_entry(
         raise ValueError(
             f"Modal app name {app_name!r} is not valid: use letters, digits, '.', '_' or '-' (at most 64)"
         )
-    module_path = module_path.resolve()
-    app_dir = module_path.parent
-    dirs: list[tuple[str, str]] = [
-        (str(package_dir()), f"{REMOTE_ROOT}/synth_ai"),
-        (str(app_dir), f"{REMOTE_ROOT}/task_app/{app_dir.name}"),
-    ]
+    module_path = module_path.resolve() if module_path is not None else None
+    app_dir = module_path.parent if module_path is not None else Path.cwd()
+    dirs: list[tuple[str, str]] = [(str(package_dir()), f"{REMOTE_ROOT}/synth_ai")]
+    files: list[tuple[str, str]] = []
+    if module_path is not None and app_dir.name in _INSTALL_DIR_NAMES:
+        files.append((str(module_path), f"{REMOTE_ROOT}/task_app/{app_dir.name}/{module_path.name}"))
+    elif module_path is not None:
+        dirs.append((str(app_dir), f"{REMOTE_ROOT}/task_app/{app_dir.name}"))
     warnings: list[str] = []
     for local, remote in modal_cfg.extra_local_dirs:
         local_path = app_dir / Path(local).expanduser()  # relative paths are the app directory's
@@ -130,6 +145,8 @@ def plan_for_entry(
         apt_packages=tuple(modal_cfg.apt_packages),
         pip_packages=tuple(pip),
         local_dirs=tuple(dirs),
+        local_files=tuple(files),
+        environment=_environment(modal_cfg.environment),
         secret_names=tuple(modal_cfg.secret_names),
         dotenv_files=tuple(Path(p).resolve() for p in dotenv_files),
         environ_secret_names=tuple(sorted(set(environ_secret_names))),
@@ -141,6 +158,21 @@ def plan_for_entry(
         max_containers=int(modal_cfg.max_containers),
         warnings=tuple(warnings),
     )
+
+
+def _environment(pairs: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    checked = []
+    for pair in pairs:
+        name, value = pair if isinstance(pair, (tuple, list)) and len(pair) == 2 else (pair, None)
+        problem = None
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            problem = f"{name!r} is not a variable name (letters, digits and '_', not first a digit)"
+        elif not isinstance(value, str):
+            problem = f"the value of {name} must be a string, not {type(value).__name__}"
+        if problem:  # a ValueError: the deploy flow reports it as invalid input
+            raise ValueError(f"environment: {problem}")
+        checked.append((name, value))
+    return tuple(checked)
 
 
 def render_modal_script(plan: ModalPlan) -> str:
@@ -162,8 +194,15 @@ def render_modal_script(plan: ModalPlan) -> str:
         f"REMOTE_ROOT = {r(REMOTE_ROOT)}",
         "# The module that registers the task app: in the container, and on the machine that deploys it.",
         f"TASK_APP_MODULE = {r(plan.remote_module_path)}",
-        f"LOCAL_TASK_APP_MODULE = {r(str(plan.module_path))}",
+        f"LOCAL_TASK_APP_MODULE = {r(str(plan.module_path) if plan.module_path is not None else None)}",
         f"MOUNT_IGNORE = {r(list(MOUNT_IGNORE))}",
+    ]
+    if plan.environment:
+        lines += [
+            "# Set in the container before the task app loads (settings, not secrets).",
+            f"ENVIRONMENT = {r(dict(plan.environment))}",
+        ]
+    lines += [
         "",
         "image = (",
         f"    modal.Image.debian_slim(python_version={r(plan.python_version)})",
@@ -176,6 +215,8 @@ def render_modal_script(plan: ModalPlan) -> str:
         lines.append("    )")
     for local, remote in plan.local_dirs:
         lines.append(f"    .add_local_dir({r(local)}, remote_path={r(remote)}, ignore=MOUNT_IGNORE)")
+    for local, remote in plan.local_files:
+        lines.append(f"    .add_local_file({r(local)}, remote_path={r(remote)})")
     secrets = [f"modal.Secret.from_name({r(n)})" for n in plan.secret_names]
     secrets += [f"modal.Secret.from_dotenv({r(str(p.parent))}, filename={r(p.name)})" for p in plan.dotenv_files]
     volumes = [f"{r(path)}: modal.Volume.from_name({r(name)}, create_if_missing=True)" for name, path in plan.volumes]
@@ -206,14 +247,18 @@ def render_modal_script(plan: ModalPlan) -> str:
         f"@modal.concurrent(max_inputs={plan.concurrency})",
         "@modal.asgi_app()",
         f"def {plan.function_name}():",
+        *(["    os.environ.update(ENVIRONMENT)"] if plan.environment else []),
         "    if REMOTE_ROOT not in sys.path:",
         "        sys.path.insert(0, REMOTE_ROOT)",
         "    from synth_ai.deploy.modal_runtime import task_app_asgi",
         "",
-        "    module = TASK_APP_MODULE if os.path.exists(TASK_APP_MODULE) else LOCAL_TASK_APP_MODULE",
-        "    return task_app_asgi(TASK_APP_ID, module)",
-        "",
     ]
+    if plan.module_path is None:
+        lines.append("    return task_app_asgi(TASK_APP_ID, None)  # no module of its own: the image installs it")
+    else:
+        lines += ["    module = TASK_APP_MODULE if os.path.exists(TASK_APP_MODULE) else LOCAL_TASK_APP_MODULE",
+                  "    return task_app_asgi(TASK_APP_ID, module)"]
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -44,6 +44,7 @@ _SAMPLING_KEYS = ("temperature", "top_p", "max_tokens")
 _PASSED_THROUGH = ("thinking_mode", "thinking_budget", "seed")  # added to every model call of the rollout
 _LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str], Any] = {}
+UV_REQUIREMENT = "uv>=0.5"  # as the verifiers extra: verifiers runs its chat program with uv
 
 
 def resolve(app_id: str, module_path: Path | None = None) -> Target:
@@ -91,7 +92,8 @@ def task_app_entry(app_id: str, module_path: Path | None = None,
 
 def _modal_settings(target: Target, env_args: dict[str, Any]) -> ModalDeploymentConfig:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", target.module_name).strip("-._") or "env"
-    packages = [REQUIREMENT, *_package_requirements(target)]
+    # uv: verifiers runs its chat program as a uv script; without it each new container would fetch uv first
+    packages = [REQUIREMENT, UV_REQUIREMENT, *_package_requirements(target)]
     environment = ((ENV_ARGS_VAR, json.dumps(env_args, sort_keys=True)),) if env_args else ()
     return ModalDeploymentConfig(app_name=f"synth-vf-{name}"[:64], pip_packages=tuple(packages),
                                  environment=environment)
