@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO_ROOT, run_cli
 
-FORBIDDEN = ("torch", "transformers", "peft", "modal", "fastapi", "uvicorn")
+FORBIDDEN = ("torch", "transformers", "peft", "modal", "fastapi", "uvicorn", "verifiers")
 
 _PROBE = """
 import io, sys, contextlib

@@ -9,6 +9,7 @@ import typer
 
 from synth_ai.cli.app import json_option, output_of
 from synth_ai.cli.clicklib import UsageError
+from synth_ai.cli.env_args import apply_env_args, env_args_option
 
 class Runtime(str, Enum):
     modal = "modal"
@@ -96,11 +97,13 @@ def register(app: typer.Typer) -> None:
                                    help="uvicorn: stop the processes listening on the port first."),
         trace: str = typer.Option(None, "--trace", help="uvicorn: directory for rollout traces."),
         trace_db: str = typer.Option(None, "--trace-db", help="uvicorn: traces v3 SQLite database path."),
+        env_args: str = env_args_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Deploy a task app to Modal (default), or serve it here with `--runtime uvicorn`."""
         out = output_of(ctx, json_flag)
         check_runtime_flags(ctx, runtime.value, modal_mode.value, dry_run)
+        apply_env_args(app_id, env_args)
         if runtime is Runtime.uvicorn:
             from synth_ai.deploy.entries import serve_with_uvicorn
 
@@ -118,10 +121,12 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Option(None, "--name", help="Modal app name (default: the entry's app_name)."),
         env_file: list[str] = _env_file_option(),
         timeout: float = _timeout_option(serve=True),
+        env_args: str = env_args_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Serve a task app on Modal with `modal serve` (ephemeral, hot reload) until Ctrl-C."""
         out = output_of(ctx, json_flag)
+        apply_env_args(app_id, env_args)
         out.info(f"[modal-serve] requested app_id={app_id or '(auto)'} modal_cli={modal_cli}")
         _run_modal(out, app_id=app_id, mode="serve", name=name, dry_run=False, modal_cli=modal_cli,
                    env_files=env_file, timeout=timeout)

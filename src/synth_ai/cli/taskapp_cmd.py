@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import typer
 
 from synth_ai.cli.app import json_option, output_of
+from synth_ai.cli.env_args import apply_env_args, env_args_option
 
 DEFAULT_INFO_BASE = "http://127.0.0.1:8001"
 
 
 def _serve(ctx: typer.Context, app_id: str | None, host: str, port: int | None, env_file: list[str] | None,
-           reload: bool, force: bool, trace: str | None, trace_db: str | None) -> None:
+           reload: bool, force: bool, trace: str | None, trace_db: str | None, env_args: str | None) -> None:
     from synth_ai.taskapp.serving import DEFAULT_PORT, serve_task_app
 
     out = output_of(ctx)
+    apply_env_args(app_id, env_args)
     if port is None:
         port = DEFAULT_PORT
         if sys.stdin is not None and sys.stdin.isatty():
@@ -39,9 +43,10 @@ def _serve_command(group: typer.Typer, name: str) -> None:
         trace: str = typer.Option(None, "--trace", help="Record rollouts: directory for traces and SFT JSONL "
                                   "(database defaults to DIR/synth_ai.db)."),
         trace_db: str = typer.Option(None, "--trace-db", help="Record rollouts into this traces v3 SQLite file."),
+        env_args: str = env_args_option(),
     ) -> None:
         """Serve a task app locally with uvicorn (nothing is sent anywhere)."""
-        _serve(ctx, app_id, host, port, env_file, reload, force, trace, trace_db)
+        _serve(ctx, app_id, host, port, env_file, reload, force, trace, trace_db, env_args)
 
 
 def register(app: typer.Typer) -> None:
@@ -88,6 +93,7 @@ def register(app: typer.Typer) -> None:
         rollout_timeout: float = typer.Option(180.0, "--rollout-timeout", min=1.0,
                                               help="Seconds allowed for the real rollout."),
         verbose: bool = typer.Option(False, "-v", "--verbose", help="Show timings and URLs."),
+        env_args: str = env_args_option(),
         json_flag: bool = json_option(),
     ) -> None:
         """Check a task app's routes, auth and answers against the contract (exit non-zero on any failure)."""
@@ -99,6 +105,11 @@ def register(app: typer.Typer) -> None:
         if url and app_id:
             raise typer.BadParameter("Pass either APP_ID (start it here) or --url (check a running app), not both.",
                                      param_hint="'APP_ID/--url'")
+        if not url:
+            apply_env_args(app_id, env_args)
+        elif env_args is not None:
+            raise typer.BadParameter("--env-args configures an app started here; with --url the app runs elsewhere.",
+                                     param_hint="'--env-args'")
         kwargs = dict(timeout=timeout, min_instances=min_instances, inference_url=inference_url, model=model,
                       seed=seed, rollout_timeout=rollout_timeout)
         report = _validate_url(url, api_key, kwargs) if url else _validate_in_process(app_id, port, api_key, kwargs)
@@ -109,23 +120,39 @@ def register(app: typer.Typer) -> None:
     @group.command("info")
     def info(
         ctx: typer.Context,
+        app_id: str = typer.Argument(None, help="Task app to start in process and describe (default: ask the app "
+                                     "at --base)."),
         base: str = typer.Option(None, "--base", help="Task app base URL (default: $TASK_APP_BASE_URL or "
                                  f"{DEFAULT_INFO_BASE})."),
         api_key: str = typer.Option(None, "--api-key", help="Key to present (default: $ENVIRONMENT_API_KEY)."),
         seed: list[int] = typer.Option(None, "--seed", help="A seed to describe (repeatable)."),
         timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds to wait."),
+        env_args: str = env_args_option(),
         json_flag: bool = json_option(),
     ) -> None:
-        """Print a task app's /task_info (the taskset, or the instances for --seed values)."""
+        """Print a task app's /task_info (the taskset, or the instances for --seed values): of APP_ID started
+        here, or of the app running at --base."""
         import json
         import os
 
         from synth_ai.taskapp.verify import check_task_info
 
         out = output_of(ctx, json_flag)
-        base_url = base or os.environ.get("TASK_APP_BASE_URL") or os.environ.get("TASK_APP_URL") or DEFAULT_INFO_BASE
-        key, aliases = _key_and_aliases(api_key)
-        result = check_task_info(base_url, key, seeds=seed or [], timeout=timeout, aliases=aliases)
+        if app_id and base:
+            raise typer.BadParameter("Pass either APP_ID (start it here) or --base (ask a running app), not both.",
+                                     param_hint="'APP_ID/--base'")
+        if app_id:
+            apply_env_args(app_id, env_args)
+            with _app_in_process(app_id, 0, api_key) as (base_url, key, aliases):
+                result = check_task_info(base_url, key, seeds=seed or [], timeout=timeout, aliases=aliases)
+        else:
+            if env_args is not None:
+                raise typer.BadParameter("--env-args configures an app started here (APP_ID).",
+                                         param_hint="'--env-args'")
+            base_url = base or os.environ.get("TASK_APP_BASE_URL") or os.environ.get("TASK_APP_URL") or \
+                DEFAULT_INFO_BASE
+            key, aliases = _key_and_aliases(api_key)
+            result = check_task_info(base_url, key, seeds=seed or [], timeout=timeout, aliases=aliases)
         if not result.ok:
             raise _check_error(result)
         out.result(result.data, lambda o: o.info(json.dumps(result.data, indent=2, sort_keys=True)))
@@ -166,6 +193,16 @@ def _validate_url(url: str, api_key: str | None, kwargs: dict):
 
 def _validate_in_process(app_id: str | None, port: int, api_key: str | None, kwargs: dict):
     """Start the app in this process (uvicorn in a thread, on a free port unless --port) and check it."""
+    from synth_ai.taskapp.verify import verify_task_app
+
+    with _app_in_process(app_id, port, api_key) as (base_url, key, aliases):
+        return verify_task_app(base_url, key, aliases=aliases, **kwargs)
+
+
+@contextmanager
+def _app_in_process(app_id: str | None, port: int, api_key: str | None) -> Iterator[tuple[str, str, list[str]]]:
+    """The app running in this process (uvicorn in a thread, on a free port unless `port`): its URL and the key
+    (with aliases) to present."""
     import os
     import secrets
 
@@ -173,7 +210,6 @@ def _validate_in_process(app_id: str | None, port: int, api_key: str | None, kwa
     from synth_ai.taskapp.server import create_task_app
     from synth_ai.taskapp.serving import resolve_entry, running_in_background
     from synth_ai.taskapp.tracing import TracingSettings
-    from synth_ai.taskapp.verify import verify_task_app
 
     entry = resolve_entry(app_id)
     normalize_environment_api_key(log=False)
@@ -185,7 +221,7 @@ def _validate_in_process(app_id: str | None, port: int, api_key: str | None, kwa
         key, aliases = _key_and_aliases(api_key)
         app = create_task_app(entry.config_factory(), tracing=TracingSettings.disabled())
         with running_in_background(app, port=port) as base_url:
-            return verify_task_app(base_url, key, aliases=aliases, **kwargs)
+            yield base_url, key, aliases
     finally:
         if saved is None:
             os.environ.pop("ENVIRONMENT_API_KEY", None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -101,10 +102,20 @@ class Relay:
                 completion = await chat_completion(route.inference_url, payload, timeout=route.timeout_s)
             except InferenceError as exc:
                 return _error(web, exc.status_code, exc.code, exc.message)
+        _fill_header(completion)
         if not stream:
             return web.json_response(completion)
         text = "".join(sse_events(completion, include_usage=include_usage))
         return web.Response(text=text, content_type="text/event-stream")
+
+
+def _fill_header(completion: dict[str, Any]) -> None:
+    """verifiers' client requires `id`, `created` and `model`, which some OpenAI-compatible servers leave out (the
+    bundled task apps take their replies without them, so a verifiers environment does too)."""
+    defaults = {"id": f"chatcmpl-{secrets.token_hex(8)}", "created": int(time.time()), "model": "policy"}
+    for key, value in defaults.items():
+        if completion.get(key) is None:
+            completion[key] = value
 
 
 def _error(web: Any, status: int, code: str, message: str) -> Any:

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from synth_ai.errors import InvalidInputError, NotFoundError
+from synth_ai.errors import InvalidInputError, NotFoundError, UnavailableError
 from synth_ai.verifiers_app import ENV_ARGS_VAR, INSTALL_HINT, PREFIX
 
 
-class VerifiersMissingError(InvalidInputError):
+class VerifiersMissingError(UnavailableError):
     code = "verifiers_not_installed"
 
 
@@ -76,6 +76,7 @@ def looks_like_path(spec: str) -> bool:
 def resolve_target(app_id: str, *, base_dir: Path | None = None) -> Target:
     """The target `app_id` (`verifiers:<spec>`) names; a local module's directory joins sys.path."""
     spec = spec_of(app_id)
+    require_verifiers()  # first: nothing below means anything without it (and the look-ups below import it)
     if looks_like_path(spec):
         return _local_target(spec, base_dir)
     target = Target(spec=spec, taskset_id=spec)
@@ -130,7 +131,9 @@ def installed_environments() -> list[str]:
         name = dist.metadata.get("Name") or ""
         if name.lower() == "verifiers":
             continue
-        if any(req.split(";")[0].strip().lower().startswith("verifiers") for req in dist.requires or []):
+        # An environment needs verifiers outright; a package offering it as an extra (synth-ai itself) is none.
+        if any(req.split(";")[0].strip().lower().startswith("verifiers") and "extra" not in req.partition(";")[2]
+               for req in dist.requires or []):
             found.add(name)
     if importlib.util.find_spec("verifiers") is not None:
         import pkgutil
