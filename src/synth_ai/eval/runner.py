@@ -20,7 +20,7 @@ from typing import Any
 from synth_ai.env.secrets import redact
 from synth_ai.eval.judges import Judge
 from synth_ai.eval.policy import InferenceTarget, rollout_body
-from synth_ai.eval.scoring import official_score, outcome_score
+from synth_ai.eval.scoring import official_score, outcome_score, reward_components, reward_weights
 from synth_ai.eval.traces import session_for, task_facts
 from synth_ai.taskapp.reachability import TaskAppOutage, unreachable_answer, unreachable_error
 
@@ -38,6 +38,7 @@ class SeedResult:
     outcome_score: float | None = None
     judge_scores: dict[str, float | None] = field(default_factory=dict)
     judge_errors: dict[str, str] = field(default_factory=dict)
+    reward_components: dict[str, float] = field(default_factory=dict)  # per reward function, where the app says
     task_id: str | None = None
     http_status: int | None = None
     error: str | None = None
@@ -104,15 +105,18 @@ async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any,
         return done(ERROR, http_status=response.status_code,
                     error="the task app answered 200 with something that is not a rollout response")
     facts = task_facts(data, spec.split)
-    official, outcome = official_score(data), outcome_score(data)
+    official, outcome, components = official_score(data), outcome_score(data), reward_components(data)
     judge_scores, judge_errors = await _judge(spec.judges, seed, facts, data)
     result = done(OK, http_status=response.status_code, official_score=official, outcome_score=outcome,
-                  judge_scores=judge_scores, judge_errors=judge_errors, task_id=facts.task_id)
+                  judge_scores=judge_scores, judge_errors=judge_errors, reward_components=components,
+                  task_id=facts.task_id)
     if store is not None:
+        extra = {"app_id": spec.app_id, "eval_run_id": spec.eval_run_id, "run_id": body["run_id"],
+                 "source": "synth-ai eval"}
+        if components:  # stored only for the apps that report them: the others' metadata stays as it was
+            extra.update(reward_components=components, reward_weights=reward_weights(data, components))
         session = session_for(data, seed=seed, model=spec.model, facts=facts, official=official, outcome=outcome,
-                              judge_scores=judge_scores,
-                              extra={"app_id": spec.app_id, "eval_run_id": spec.eval_run_id,
-                                     "run_id": body["run_id"], "source": "synth-ai eval"})
+                              judge_scores=judge_scores, extra=extra)
         write = asyncio.get_running_loop().run_in_executor(None, store.write, session)
         try:
             await asyncio.shield(write)

@@ -3,6 +3,8 @@
 - official score: the first number of `metrics.mean_return`, `metrics.total_reward`, `metrics.outcome_score`,
   else the first step's reward; clamped to [0, 1].
 - outcome: `metrics.outcome_score` (a seed counts as correct when it is >= 0.5).
+- reward components: `metrics.details.reward_components`, the score of each reward function of an app that reports
+  them ({name: number}, e.g. a verifiers environment's); other entries are left out, an app without it has none.
 - Pearson r between each judge and the official score, over the seeds that have both (needs 2 pairs and
   non-constant values, else None).
 """
@@ -36,6 +38,24 @@ def official_score(response: dict[str, Any]) -> float | None:
 def outcome_score(response: dict[str, Any]) -> float | None:
     metrics = response.get("metrics") if isinstance(response.get("metrics"), dict) else {}
     return _number(metrics.get("outcome_score"))
+
+
+def _details_table(response: dict[str, Any], key: str) -> dict[str, Any]:
+    metrics = response.get("metrics") if isinstance(response.get("metrics"), dict) else {}
+    details = metrics.get("details") if isinstance(metrics.get("details"), dict) else {}
+    return details.get(key) if isinstance(details.get(key), dict) else {}
+
+
+def reward_components(response: dict[str, Any]) -> dict[str, float]:
+    scores = {str(name): _number(value) for name, value in _details_table(response, "reward_components").items()}
+    return {name: score for name, score in scores.items() if score is not None}
+
+
+def reward_weights(response: dict[str, Any], names: Any) -> dict[str, float]:
+    """The weight of each of `names` where `metrics.details.reward_weights` gives one."""
+    weights = _details_table(response, "reward_weights")
+    found = {name: _number(weights.get(name)) for name in names}
+    return {name: weight for name, weight in found.items() if weight is not None}
 
 
 def mean(values: list[float | None]) -> float | None:

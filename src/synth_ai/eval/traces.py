@@ -5,8 +5,9 @@ falling back to the trace's metadata and messages) and the traces v3 session wri
 The session is the task app's own session trace when it returned one (`trace_format` full/structured); from a
 compact trace or none, a session is built from the response itself (one environment event per step); a session
 without messages gets the prompt and completion as a user and an assistant message. Its metadata carries what the reference stores (`eval_seed`, `prompt_index`,
-`task_id`, `task_split`, `task_rubric_id`, `official_score`, `judge_scores`, `model`, `prompt`, `completion`) and
-the outcome row holds the official score, so `filter` can select on it.
+`task_id`, `task_split`, `task_rubric_id`, `official_score`, `judge_scores`, `model`, `prompt`, `completion`),
+plus what the runner adds (`reward_components` and `reward_weights` for an app that reports its reward functions),
+and the outcome row holds the official score, so `filter` can select on it.
 """
 
 from __future__ import annotations
