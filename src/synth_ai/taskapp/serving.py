@@ -249,19 +249,20 @@ def serve_task_app(
 
     import uvicorn
 
-    echo(f"[task:server] Starting '{entry.app_id}' on {host}:{port}")
     if reload:
         if not entry.source_path:
             raise InvalidInputError("--reload needs an app loaded from a file (its directory is watched).")
         os.environ[_RELOAD_APP_ID] = entry.app_id
         os.environ[_RELOAD_APP_PATH] = str(entry.source_path)
+        echo(f"[task:server] Starting '{entry.app_id}' on {host}:{port}")
         uvicorn.run("synth_ai.taskapp.serving:reload_app_factory", factory=True, host=host, port=port,
                     reload=True, reload_dirs=[str(app_dir)], log_level=log_level)
         return
     from synth_ai.taskapp.server import create_task_app
 
-    uvicorn.run(create_task_app(entry.config_factory()), host=host, port=port, log_level=log_level,
-                reload=False)
+    app = create_task_app(entry.config_factory())  # first: an app that fails to load says so before "Starting"
+    echo(f"[task:server] Starting '{entry.app_id}' on {host}:{port}")
+    uvicorn.run(app, host=host, port=port, log_level=log_level, reload=False)
 
 
 def _refuse_unguarded_app(entry: Any, host: str, port: int) -> None:

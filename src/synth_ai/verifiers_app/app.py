@@ -35,6 +35,7 @@ from synth_ai.verifiers_app.episode import failure, rollout_response
 from synth_ai.verifiers_app.target import (
     EnvironmentNotFoundError,
     Target,
+    bundled,
     env_args_from_environ,
     resolve_target,
 )
@@ -63,6 +64,8 @@ def module_file(target: Target) -> Path | None:
     """The file that stands for the target on disk (a package's `__init__.py`)."""
     if target.path is not None:
         return target.path / "__init__.py" if target.path.is_dir() else target.path
+    if bundled(target.module_name):  # part of verifiers: the image installs it
+        return None
     spec = importlib.util.find_spec(target.module_name)
     return Path(spec.origin) if spec is not None and spec.origin else None
 
@@ -102,7 +105,7 @@ def _modal_settings(target: Target, env_args: dict[str, Any]) -> ModalDeployment
 def _package_requirements(target: Target) -> list[str]:
     """The installed environment package's own requirements (its code is copied into the image with its
     directory, so a package that is not on the index deploys too)."""
-    if target.path is not None:
+    if target.path is not None or bundled(target.module_name):
         return []
     dists = importlib.metadata.packages_distributions().get(target.module_name) or []
     requires: list[str] = []

@@ -80,7 +80,7 @@ def resolve_target(app_id: str, *, base_dir: Path | None = None) -> Target:
     if looks_like_path(spec):
         return _local_target(spec, base_dir)
     target = Target(spec=spec, taskset_id=spec)
-    if importlib.util.find_spec(target.module_name) is None and not _bundled(target.module_name):
+    if importlib.util.find_spec(target.module_name) is None and not bundled(target.module_name):
         installed = installed_environments()
         listing = ", ".join(installed) if installed else "none found"
         raise EnvironmentNotFoundError(
@@ -119,7 +119,9 @@ def add_import_path(directory: Path) -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(directory), *paths])
 
 
-def _bundled(module: str) -> bool:
+def bundled(module: str) -> bool:
+    """A taskset shipped inside verifiers (`verifiers.v1.tasksets.<module>`): verifiers imports it before any
+    top-level module of the same name (the `textarena` taskset before the textarena library)."""
     return importlib.util.find_spec("verifiers") is not None and \
         importlib.util.find_spec(f"verifiers.v1.tasksets.{module}") is not None
 

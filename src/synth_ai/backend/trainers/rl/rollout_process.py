@@ -164,14 +164,14 @@ def serve(conn: Any) -> None:
                 return
             if message[0] == "stop":
                 stop.set()
-            else:
+            else:  # a stop sent for the previous run came before this message; one for this run comes after it
+                stop.clear()
                 work.put(message)
 
     threading.Thread(target=listen, name="rl-rollouts-listen", daemon=True).start()
     runner = _ChildRunner(settings, _Address(url), api_key, stop.is_set)
     while (message := work.get()) is not None:
         _, jobs, mode, extra_policy = message
-        stop.clear()  # a stop sent for the previous run arrived before this run's message
         try:
             answer: tuple[str, Any] = ("done", runner.run(jobs, mode=mode, extra_policy=extra_policy))
         except RolloutsStopped:
