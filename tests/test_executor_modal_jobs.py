@@ -75,7 +75,8 @@ def test_the_policy_answers_only_under_its_token_path(monkeypatch, tmp_path_fact
         with httpx.Client(timeout=60) as client:
             assert client.get(f"{local}/health").status_code == 404
             assert client.post(f"{local}/v1/chat/completions", json=body).status_code == 404
-            wrong = client.post(f"{local}/p/{token[:-1]}x/v1/chat/completions", json=body)
+            other = "y" if token.endswith("x") else "x"  # a token ending in x would be its own "wrong" token
+            wrong = client.post(f"{local}/p/{token[:-1]}{other}/v1/chat/completions", json=body)
             assert wrong.status_code == 404 and token not in wrong.text
             assert client.get(f"{local}/p/{token}/health").json()["status"] == "ok"
             answer = client.post(f"{local}/p/{token}/v1/chat/completions?cid=c1", json=body)
