@@ -2,9 +2,9 @@
 
 `<target>` is the id of an installed environment (taskset) package, or the path of a local module (a `.py` file
 or a package directory) that defines one. Supported: the `verifiers.v1` API of verifiers 0.4.0 (a `Taskset` of
-`Task`s scored by `@vf.reward` methods; tools as `vf.Toolset`s), run by verifiers' tool-less `null` harness in a
-local subprocess. Everything here imports `verifiers` lazily: `synth-ai --help` and the other task apps never
-load it.
+`Task`s scored by `@vf.reward` methods; tools as `vf.Toolset`s), run by verifiers' `null` harness (its chat loop:
+tools, no code execution) in a local subprocess. Everything here imports `verifiers` lazily: `synth-ai --help` and
+the other task apps never load it.
 
 Modules: `target` (what `<target>` names, and the errors when it names nothing), `environment` (the loaded
 environment: tasks per split, what `/task_info` says, the serving resources), `relay` (the loopback endpoint the
