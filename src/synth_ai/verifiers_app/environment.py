@@ -72,8 +72,8 @@ class VerifiersEnvironment:
             return self.splits["train"]
 
     def split_of(self, mode: str | None, requested: Any = None) -> str:
-        if requested in self.splits:
-            return str(requested)
+        if isinstance(requested, str) and requested in self.splits:  # anything else (a list, a number) is ignored
+            return requested
         return "eval" if mode == "eval" else "train"
 
     def task_for(self, seed: int, split: str) -> Any:
