@@ -1,19 +1,20 @@
 """The reference baseline: synth-ai 0.2.17 from PyPI, in its own virtualenv.
 
-Several benches compare us against the released package. They share one
-virtualenv at ``bench/.cache/ref-venv`` (gitignored), built once and reused:
+Several benches and the compatibility tests compare us against the released package. They share one
+virtualenv reached at ``bench/.cache/ref-venv`` (gitignored): a symlink to an entry of the set-up cache outside
+the clone (``${SYNTH_CACHE_DIR:-~/.cache/synth-ai}/ref-venv-<key>``, scripts/setup_cache.py), so a new clone on
+the same machine links to it in an instant instead of spending minutes installing it again:
 
     from reference_env import ensure_reference_venv   # with bench/ on sys.path
     python = ensure_reference_venv()                  # path of the venv's python
     cli = reference_cli()                             # its `synth-ai` script
 
-Run as a script (``python bench/reference_env.py``) it builds the venv if
-needed and prints the venv's python path on stdout; progress goes to stderr.
+Run as a script (``python bench/reference_env.py``) it builds or links the venv if needed, checks that it
+imports (a broken one is rebuilt from scratch), and prints the venv's python path on stdout; progress goes to
+stderr.
 
-The venv is complete when its marker file names the pinned version; a venv
-without a matching marker (a build that was interrupted, or another version)
-is removed and rebuilt. A file lock keeps two benches started at once from
-building it twice.
+The entry's key is a hash of what defines it (the pinned version, the constraints, the Python); an entry whose
+build was interrupted (no marker) is removed and rebuilt; a file lock keeps two processes from building it twice.
 
 synth-ai 0.2.17 does not depend on torch, but some of its dependencies could
 pull it in; a constraint pins torch to the CPU wheel served locally, so an
@@ -25,15 +26,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import setup_cache  # noqa: E402 - scripts/setup_cache.py, found through the line above
 
 REFERENCE_VERSION = "0.2.17"
 REFERENCE_REQUIREMENT = f"synth-ai=={REFERENCE_VERSION}"
@@ -42,9 +44,10 @@ CONSTRAINTS = ("torch==2.13.0",)
 
 BENCH_DIR = Path(__file__).resolve().parent
 CACHE_DIR = BENCH_DIR / ".cache"
-VENV_DIR = CACHE_DIR / "ref-venv"
+VENV_DIR = CACHE_DIR / "ref-venv"  # a symlink to the set-up cache's entry
 MARKER = VENV_DIR / "synth-ai-reference.json"
-LOCK_FILE = CACHE_DIR / "ref-venv.lock"
+ENTRY_NAME = "ref-venv"
+FORMAT = 1  # bump when _build changes what the venv holds
 
 
 def _log(message: str) -> None:
@@ -106,34 +109,10 @@ def reference_env() -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(LOCK_FILE, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log(f"another process is building {VENV_DIR}; waiting for it")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-# pip warns once per package for each configured local index that lacks it: noise, not news.
-_PIP_NOISE = "is ignored: it is neither a file nor a directory"
-
-
-def _run(cmd: list[str]) -> None:
+def _run(cmd: list[str], venv: Path) -> None:
+    """Run a build step with its output in the entry's build log (a line every 30 s says it is still going)."""
     _log("$ " + " ".join(cmd))
-    proc = subprocess.Popen(cmd, env=_clean_env(), stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if _PIP_NOISE not in line:
-            sys.stderr.write(line)
-    if proc.wait() != 0:
-        raise RuntimeError(f"command failed with exit code {proc.returncode}: {' '.join(cmd)}")
+    setup_cache.run_quietly(cmd, venv.parent / f"{venv.name}.build.log", env=_clean_env())
 
 
 def _base_python() -> str:
@@ -141,14 +120,16 @@ def _base_python() -> str:
     return sys.executable
 
 
+def definition() -> dict:
+    return {"format": FORMAT, "requirement": REFERENCE_REQUIREMENT, "constraints": list(CONSTRAINTS),
+            "python": setup_cache.python_identity()}
+
+
 def _build(venv: Path) -> dict:
-    if venv.exists():
-        _log(f"removing incomplete or outdated venv {venv}")
-        shutil.rmtree(venv)
     started = time.monotonic()
     _log(f"creating venv {venv} (synth-ai {REFERENCE_VERSION} from PyPI; takes a few minutes)")
-    _run([_base_python(), "-m", "venv", str(venv)])
-    constraints = CACHE_DIR / "ref-constraints.txt"
+    _run([_base_python(), "-m", "venv", str(venv)], venv)
+    constraints = venv.parent / f"{venv.name}.constraints.txt"
     constraints.write_text("".join(line + "\n" for line in CONSTRAINTS))
     _run(
         [
@@ -156,13 +137,13 @@ def _build(venv: Path) -> dict:
             "-m",
             "pip",
             "install",
-            "--quiet",
             "--progress-bar",
             "off",
             "-c",
             str(constraints),
             REFERENCE_REQUIREMENT,
-        ]
+        ],
+        venv,
     )
     if not reference_cli(venv).exists():
         raise RuntimeError(f"install finished but {reference_cli(venv)} is missing")
@@ -203,14 +184,34 @@ def _build(venv: Path) -> dict:
     return info
 
 
+def _link(entry: Path) -> None:
+    """Point VENV_DIR at `entry` (replacing the link at once; a real folder left by an older layout goes)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    if VENV_DIR.is_dir() and not VENV_DIR.is_symlink():
+        shutil.rmtree(VENV_DIR)
+    staging = VENV_DIR.with_name(f".{VENV_DIR.name}.link")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(entry, target_is_directory=True)
+    os.replace(staging, VENV_DIR)
+
+
+def imports_cleanly() -> bool:
+    """The reference package imports in its venv (a venv can be complete on paper and broken on disk)."""
+    result = subprocess.run([str(venv_python()), "-c", "import synth_ai"], env=_clean_env(), capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        _log("the venv does not import synth_ai: " + (result.stderr.strip().splitlines() or ["?"])[-1])
+    return result.returncode == 0
+
+
 def ensure_reference_venv(*, rebuild: bool = False) -> Path:
-    """Build ``bench/.cache/ref-venv`` with synth-ai 0.2.17 if needed; return its python."""
-    if not rebuild and is_ready():
+    """Link ``bench/.cache/ref-venv`` to the cache's synth-ai 0.2.17 venv, built first if needed; its python."""
+    entry = setup_cache.entry_path(ENTRY_NAME, definition())
+    if not rebuild and VENV_DIR.resolve() == entry and is_ready() and setup_cache.is_complete(entry, definition()):
         return venv_python()
-    with _locked():
-        # Someone else may have finished the build while we waited for the lock.
-        if rebuild or not is_ready():
-            _build(VENV_DIR)
+    with setup_cache.locked(entry):  # another process may be building it: this waits, then reuses its entry
+        setup_cache.ensure_entry(ENTRY_NAME, definition(), _build, rebuild=rebuild)
+    _link(entry)
     return venv_python()
 
 
@@ -221,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         python = ensure_reference_venv(rebuild=args.rebuild)
-    except RuntimeError as exc:
+        if not imports_cleanly():
+            _log("rebuilding it from scratch")
+            python = ensure_reference_venv(rebuild=True)
+    except (RuntimeError, OSError) as exc:
         _log(f"error: {exc}")
         return 1
     if args.info:

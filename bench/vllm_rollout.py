@@ -1,8 +1,8 @@
 """Bench: rollout tokens per second of the vLLM rollout engine (vLLM's CPU build) against the built-in engine, on the
 mid-size model (`synth-ai/random-qwen3-34m`: head_dim 64, which vLLM's CPU attention runs).
 
-- ours: `VllmPolicyServer` (what an RL job with a `[vllm]` table samples through), in-process vLLM;
-- baseline: `LocalPolicyServer` (the built-in engine: continuous batching over the trainer's model).
+- ours: `VllmRolloutEngine` (what an RL job with a `[vllm]` table samples through), in-process vLLM;
+- baseline: `BuiltinRolloutEngine` (the built-in engine: continuous batching over the trainer's model).
 
 Each side runs in its own process (vLLM binds its process's OpenMP threads), loads the model the way the RL trainer
 does (fp32, CPU), starts its policy server and is sent `--requests` chat completions over HTTP by `--clients` threads
@@ -50,14 +50,14 @@ def side(name: str, requests: int, clients: int, max_tokens: int) -> dict[str, f
     loaded = describe_model("policy", path, model, loading.load_tokenizer(path), vision=False)
     started = time.perf_counter()
     if name == "vllm":
-        from synth_ai.backend.inference.vllm_engine import VllmPolicyServer
+        from synth_ai.backend.inference.vllm_engine import VllmRolloutEngine
         from synth_ai.backend.inference.vllm_options import VllmOptions
 
-        server = VllmPolicyServer(loaded, VllmOptions(max_model_len=512), bf16=False, cpu=True, seed=1)
+        server = VllmRolloutEngine(loaded, VllmOptions(max_model_len=512), bf16=False, cpu=True, seed=1)
     else:
-        from synth_ai.backend.inference.policy_server import LocalPolicyServer
+        from synth_ai.backend.inference.policy_server import BuiltinRolloutEngine
 
-        server = LocalPolicyServer(loaded, seed=1, share_weights=True)
+        server = BuiltinRolloutEngine(loaded, seed=1, share_weights=True)
     url = server.start()
     load_s = time.perf_counter() - started
     counts: list[int] = []

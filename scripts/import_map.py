@@ -5,12 +5,14 @@ Stdlib only (`ast`), so it runs before anything is installed. Every `import` and
 relative ones and those inside functions included: a lazy import still ties two modules together. An import of
 `a.b.c` (or `from a.b import c`) is an edge to the most specific module that exists.
 
-    python scripts/import_map.py --check       circles, upward imports, modules no layer covers (exit 1 if any)
+    python scripts/import_map.py --check       circles, upward imports, modules no layer covers, FORBIDDEN imports,
+                                               branches on a job kind's name outside its registry (exit 1 if any)
     python scripts/import_map.py --sizes       modules over 400 lines, functions whose own body is over 100 (exit 1)
     python scripts/import_map.py --mermaid     the layer diagram (Mermaid flowchart)
     python scripts/import_map.py --write-doc docs/architecture.md    rewrite its layer table and diagram
 
-LAYERS below is the one written-down source of the order (docs/architecture.md shows it).
+LAYERS below is the one written-down source of the order (docs/architecture.md shows it); FORBIDDEN lists the
+arrows the order allows but the design does not.
 """
 from __future__ import annotations
 
@@ -43,10 +45,10 @@ class Layer:
 LAYERS: tuple[Layer, ...] = (
     Layer("cli", "CLI", "the `synth-ai` command: arguments, terminal and JSON output, the error boundary",
           ("synth_ai.__main__", "synth_ai.cli")),
-    Layer("flows", "Flows", "what a command does, step by step (demo, setup, train, eval, filter, deploy, and "
-          "serving a task app, whose module keeps its documented path in the task-app SDK)",
+    Layer("flows", "Flows", "what a command does, step by step (demo, setup, train, eval, filter, deploy, reaching "
+          "a backend, and serving a task app, whose module keeps its documented path in the task-app SDK)",
           ("synth_ai.demo", "synth_ai.setup", "synth_ai.train", "synth_ai.eval", "synth_ai.filter",
-           "synth_ai.deploy", "synth_ai.taskapp.serving")),
+           "synth_ai.deploy", "synth_ai.connect", "synth_ai.taskapp.serving")),
     Layer("client", "Client", "the SDK: talk to a backend over HTTP, follow jobs, upload files",
           ("synth_ai.client",)),
     Layer("daemon", "backend.daemon", "start, stop and find the backend process", ("synth_ai.backend.daemon",)),
@@ -64,8 +66,9 @@ LAYERS: tuple[Layer, ...] = (
           "functions' old path",
           ("synth_ai.backend.server_settings", "synth_ai.backend.http_errors", "synth_ai.backend.auth"),
           ("synth_ai.backend",)),
-    Layer("taskapp", "Task apps and tracing", "the task-app SDK and server, trace recording",
-          ("synth_ai.taskapp", "synth_ai.tracing", "synth_ai.verifiers_app")),
+    Layer("taskapp", "Task apps and tracing", "the task-app SDK and server, the task apps bundled with the package, "
+          "trace recording",
+          ("synth_ai.taskapp", "synth_ai.bundled_apps", "synth_ai.tracing", "synth_ai.verifiers_app")),
     Layer("shared", "Shared definitions", "what client and backend agree on: config files, dataset rules, the model "
           "registry, env and key files, experiment trackers",
           ("synth_ai.config", "synth_ai.datasets", "synth_ai.models", "synth_ai.env", "synth_ai.tracking")),
@@ -76,6 +79,35 @@ LAYERS: tuple[Layer, ...] = (
            "synth_ai.chat_sse"),
           ("synth_ai",)),
 )
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """A rule the layer order alone does not state: no module under `importer` imports one under `imported`."""
+
+    importer: str
+    imported: str
+    why: str
+
+
+# Arrows the order allows but the design does not (docs/architecture.md). One row per rule; add rows here.
+FORBIDDEN: tuple[Forbidden, ...] = (
+    Forbidden("synth_ai.backend.executors", "synth_ai.backend.trainers",
+              "an executor runs any kind's worker; what differs by kind is a hook of its JobKind"),
+    Forbidden("synth_ai.backend.api", "synth_ai.backend.trainers",
+              "the API process never imports a trainer; it calls its kind's hooks, loaded by name"),
+    # The SDK below the server: the client talks HTTP to a backend it is handed (starting or finding the embedded
+    # backend is a flow, synth_ai.connect), and a task app never drives the learning API (`synth_ai.taskapp.serving`
+    # sits in the flows layer but lives in the task-app SDK, so it is held to this rule: the CLI hands it the
+    # key-sharing step).
+    Forbidden("synth_ai.client", "synth_ai.backend",
+              "the client must not import the backend: starting or finding the embedded backend is a flow"),
+    Forbidden("synth_ai.taskapp", "synth_ai.client",
+              "a task app must not import the client: the caller hands it any step that reaches a backend"),
+)
+# Where the job kinds are registered, and the package in which no other module may branch on a kind's name.
+KIND_REGISTRY = "synth_ai.backend.jobs.kinds"
+KIND_SCOPE = "synth_ai.backend"
 
 
 def layer_of(module: str, layers: tuple[Layer, ...] = LAYERS) -> int | None:
@@ -194,6 +226,57 @@ def upward_imports(graph: dict[str, set[str]], layers: tuple[Layer, ...] = LAYER
             theirs = layer_of(target, layers)
             if mine is not None and theirs is not None and theirs < mine:
                 found.append((module, target))
+    return found
+
+
+def _under(module: str, tree: str) -> bool:
+    return module == tree or module.startswith(tree + ".")
+
+
+def forbidden_imports(graph: dict[str, set[str]],
+                      rules: tuple[Forbidden, ...] = FORBIDDEN) -> list[tuple[str, str, Forbidden]]:
+    """(importer, imported, rule) for every import a rule forbids."""
+    return [(module, target, rule) for rule in rules for module in sorted(graph) if _under(module, rule.importer)
+            for target in sorted(graph[module]) if _under(target, rule.imported)]
+
+
+def kind_names(src: Path = SRC, registry: str = KIND_REGISTRY) -> set[str]:
+    """The names of the registered job kinds: `JobKind(name=...)` in the registry, a string or a module constant."""
+    path = find_modules(src, registry.split(".")[0]).get(registry)
+    if path is None:
+        return set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                 and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                 for t in n.targets if isinstance(t, ast.Name)}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "JobKind":
+            for keyword in node.keywords:
+                if keyword.arg == "name" and isinstance(keyword.value, ast.Constant):
+                    names.add(keyword.value.value)
+                elif keyword.arg == "name" and isinstance(keyword.value, ast.Name):
+                    names.add(constants.get(keyword.value.id))
+    return names - {None}
+
+
+def kind_branches(src: Path = SRC, registry: str = KIND_REGISTRY, scope: str = KIND_SCOPE) -> list[str]:
+    """`kind == "<a registered name>"` (or `!=`, either side) outside the registry: what differs by kind belongs
+    to a hook of its JobKind. "path:line: the comparison", one per branch."""
+    names = kind_names(src, registry)
+    found = []
+    for module, path in find_modules(src, scope.split(".")[0]).items():
+        if not _under(module, scope) or module == registry:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare) or len(node.ops) != 1 or \
+                    not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+                continue
+            sides = (node.left, node.comparators[0])
+            named = [x for x in sides if isinstance(x, ast.Constant) and x.value in names]
+            other = [ast.unparse(x) for x in sides if not isinstance(x, ast.Constant)]
+            if named and other and ("kind" in other[0].lower() or "job_type" in other[0]):
+                found.append(f"{_shown(path, src)}:{node.lineno}: {ast.unparse(node)}")
     return found
 
 
@@ -329,12 +412,14 @@ def write_doc(doc: Path, block: str) -> bool:
 
 # --- the command -----------------------------------------------------------------------------------------------
 
-def problems(graph: dict[str, set[str]], layers: tuple[Layer, ...] = LAYERS) -> list[str]:
-    """Every circle, upward import and uncovered module, one line each."""
+def problems(graph: dict[str, set[str]], layers: tuple[Layer, ...] = LAYERS, src: Path = SRC) -> list[str]:
+    """Every circle, upward import, uncovered module, forbidden import and kind-name branch, one line each."""
     found = [f"circle: {' <-> '.join(c)}" for c in circles(graph)]
     found += [f"upward import: {a} -> {b} (layer {layer_of(a, layers) + 1} imports layer {layer_of(b, layers) + 1})"
               for a, b in upward_imports(graph, layers)]
     found += [f"no layer covers: {m}" for m in uncovered(graph, layers)]
+    found += [f"forbidden import: {a} -> {b} ({rule.why})" for a, b, rule in forbidden_imports(graph)]
+    found += [f"branch on a job kind's name: {line} (make it a hook of its JobKind)" for line in kind_branches(src)]
     return found
 
 
@@ -355,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.write_doc}: {'layer table and diagram rewritten' if changed else 'already current'}")
     if args.check:
         found = problems(graph)
-        print("\n".join(found) if found else "import map: no circles, no upward imports, every module in a layer")
+        print("\n".join(found) if found else "import map: no circles, no upward imports, every module in a layer, no "
+                                      "forbidden import, no branch on a job kind's name")
         status |= bool(found)
     if args.sizes:
         found = oversized()

@@ -17,7 +17,11 @@ if [ "$(id -u)" != "0" ]; then
     echo "install_chromium: not root and no sudo; cannot apt-get install chromium" >&2; exit 0
   fi
 fi
-echo "install_chromium: apt-get install chromium (for the dashboard browser test)" >&2
-$SUDO apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
-  || { $SUDO apt-get update >/dev/null && $SUDO apt-get install -y --no-install-recommends chromium >/dev/null; }
+# The downloaded .deb files are kept in the set-up cache outside the clone (scripts/setup_cache.py), so a machine
+# that lost its chromium reinstalls it without downloading it again (apt's own archive is often cleaned).
+archives="${SYNTH_CACHE_DIR:-$HOME/.cache/synth-ai}/apt-archives"
+mkdir -p "$archives/partial"
+apt_install() { $SUDO apt-get -o Dir::Cache::Archives="$archives" install -y --no-install-recommends chromium; }
+echo "install_chromium: apt-get install chromium (for the dashboard browser test; about a minute the first time)" >&2
+apt_install >/dev/null 2>&1 || { $SUDO apt-get update >/dev/null && apt_install >/dev/null; }
 command -v chromium >/dev/null 2>&1 || { echo "install_chromium: chromium did not install" >&2; exit 1; }

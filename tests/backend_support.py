@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,21 @@ TINY_TEXT = "synth-ai/tiny-qwen3"
 TINY_VL = "synth-ai/tiny-qwen3-vl"
 
 
+# Set to a file path, every backend start appends a line to it (the test that started it, and whether its warm
+# worker is on): how the suite's backend starts are counted (docs/decisions.md, "Shared test backends").
+STARTS_LOG_ENV = "SYNTH_AI_TEST_BACKEND_STARTS"
+WARM_WORKER_ENV = "SYNTH_AI_BACKEND_WARM_WORKER"
+
+
 class BackendProcess:
-    def __init__(self, data_dir: Path, *, port: int | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, *, port: int | None = None, env: dict[str, str | None] | None = None,
+                 cwd: Path | None = None) -> None:
+        """`env` adds to (or, with None as the value, removes from) this process's environment and the backend's
+        defaults, among them OMP_NUM_THREADS=1. `cwd` is the server's working directory (default: this one)."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.extra_env = env or {}
+        self.cwd = cwd
         self.proc: subprocess.Popen | None = None
         self.log_path = data_dir.parent / f"backend-{self.port}.log"
 
@@ -38,15 +48,21 @@ class BackendProcess:
     def key(self) -> str:
         return json.loads((self.data_dir / "backend_keys.json").read_text())["default"]
 
-    def start(self, timeout: float = 30.0) -> BackendProcess:
+    def start(self, timeout: float = 60.0) -> BackendProcess:
         env = dict(os.environ)
-        env.update({"SYNTH_AI_HOME": str(self.data_dir), "OMP_NUM_THREADS": "1", **self.extra_env})
+        env.update({"SYNTH_AI_HOME": str(self.data_dir), "OMP_NUM_THREADS": "1"})
+        for key, value in self.extra_env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "synth_ai", "backend", "serve", "--port", str(self.port), "--log-level", "warning"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+            stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, cwd=self.cwd)
         log.close()
+        _record_start(env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -57,7 +73,8 @@ class BackendProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"backend did not start:\n{self.log()}")
+        self.stop()  # not left serving (and warming a worker) for the rest of the session
+        raise RuntimeError(f"backend did not start within {timeout:.0f} s:\n{self.log()}")
 
     def log(self) -> str:
         try:
@@ -84,6 +101,13 @@ class BackendProcess:
                 self.proc.wait()
 
 
+def _record_start(env: dict[str, str]) -> None:
+    if os.environ.get(STARTS_LOG_ENV):
+        warm = "cold" if env.get(WARM_WORKER_ENV) == "0" else "warm"
+        with open(os.environ[STARTS_LOG_ENV], "a") as starts:
+            starts.write(f"{warm} {os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]}\n")
+
+
 def build_tiny_models(store_root: Path, model_ids: tuple[str, ...] = (TINY_TEXT, TINY_VL)) -> list[Path]:
     """Build the tiny models once into a model store at `store_root` (in a subprocess: torch stays out of the test
     process) and return their folders. Pass the session's `ml-core-data` folder to share the build with the ML
@@ -97,14 +121,23 @@ def build_tiny_models(store_root: Path, model_ids: tuple[str, ...] = (TINY_TEXT,
 
 
 def serve_backend(tmp_path_factory: Any, label: str, *, tiny: tuple[str, ...] = (),
-                  env: dict[str, str] | None = None) -> Iterator[BackendProcess]:
-    """Body of a module-scoped fixture: a backend in a fresh data dir (with the tiny models of `tiny` linked in,
-    built once per session), stopped after the module."""
-    data_dir = tmp_path_factory.mktemp(label) / "home"
+                  env: dict[str, str | None] | None = None, warm: bool = True,
+                  prepare: Callable[[Path], None] | None = None, cwd: Path | None = None,
+                  folder: Path | None = None) -> Iterator[BackendProcess]:
+    """Body of a module- or session-scoped fixture: a backend in a fresh data dir `<label>N/home` (with the tiny
+    models of `tiny` linked in, built once per session; then `prepare(data_dir)` for anything else the data dir
+    must hold before the start), stopped afterwards. `env` as for `BackendProcess`; `warm=False` turns the warm
+    worker off, for the tests of the cold path; `cwd` as for `BackendProcess`. `folder` (default: a fresh one
+    named after `label`) is where the data dir and the server's log go. A module whose tests only read, or create
+    what no other test's assertions can see, uses conftest's `shared_backend` instead."""
+    data_dir = (folder or tmp_path_factory.mktemp(label)) / "home"
     data_dir.mkdir()
     if tiny:
         link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", tiny))
-    process = BackendProcess(data_dir, env=env).start()
+    if prepare is not None:
+        prepare(data_dir)
+    process = BackendProcess(data_dir, env={**({} if warm else {WARM_WORKER_ENV: "0"}), **(env or {})}, cwd=cwd)
+    process.start()
     try:
         yield process
     finally:
@@ -201,6 +234,15 @@ def events(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
 
 def job_status(client: httpx.Client, job_id: str) -> str:
     return client.get(f"/learning/jobs/{job_id}").json()["status"]
+
+
+def cancel_unfinished_sft(backend: BackendProcess) -> None:
+    """Cancel the SFT jobs still queued or running: what `--no-poll` tests leave behind would otherwise train, for
+    nothing they check, while the module's next tests wait behind them on a busy machine."""
+    with backend.client() as client:
+        for job in client.get("/learning/jobs", params={"limit": 200}).json()["data"]:
+            if job["status"] in ("queued", "running"):
+                client.post(f"/learning/jobs/{job['id']}/cancel")
 
 
 def warm_worker_pid(data_dir: Path) -> int | None:

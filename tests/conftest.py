@@ -35,8 +35,8 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("SYNTH_AI_HOME", str(home / ".synth-ai"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    # No warm worker in a test's backend unless the test asks for one: it would import torch in the background.
-    monkeypatch.setenv("SYNTH_AI_BACKEND_WARM_WORKER", "0")
+    # A test's backend keeps its warm worker (the product's default): a job then starts in about a second instead of
+    # paying the 18-20 s cold start. Tests of the cold path set SYNTH_AI_BACKEND_WARM_WORKER=0 themselves.
     for name in _ISOLATED_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(work)
@@ -82,6 +82,22 @@ def run_cli(*args: str) -> CLIResult:
     return CLIResult(code, out.getvalue(), err.getvalue())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _built_models_shared_by_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Under pytest-xdist, the session store's built models (tiny, hd64, mid) and its build locks are one folder for
+    all workers: each model is built once per run instead of once per worker (about 40 s of CPU each time). The
+    fine-tunes the tests register stay in each worker's own store."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    models = tmp_path_factory.getbasetemp() / "ml-core-data" / "models"
+    shared = tmp_path_factory.getbasetemp().parent / "built-models-of-all-workers"
+    models.mkdir(parents=True, exist_ok=True)
+    for name in ("tiny", "built", ".locks"):
+        (shared / name).mkdir(parents=True, exist_ok=True)
+        if not (models / name).exists():
+            (models / name).symlink_to(shared / name, target_is_directory=True)
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Both tiny models (Qwen3, Qwen3-VL), built once per session in the store the ML test modules share."""
@@ -99,12 +115,50 @@ def tiny_text_models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 @pytest.fixture(scope="session")
+def shared_backend(tmp_path_factory: pytest.TempPathFactory):
+    """One backend per pytest process (per xdist worker), started on first use and stopped when the session ends,
+    with the tiny Qwen3 linked, the warm worker on and `taskapp_support.ENV_KEY` as its task apps' key: for modules
+    whose tests only read, or create what no other test's assertions can see (a job under its own idempotency key,
+    a model under its own name, an error answer). A module that asserts on listings, counts or event cursors,
+    stores env keys, needs its own env, data dir or models, or stops the backend keeps its own `serve_backend`."""
+    from backend_support import TINY_TEXT, serve_backend
+    from taskapp_support import ENV_KEY
+
+    # started from whichever test needs it first: none of that test's environment may reach the server
+    env: dict[str, str | None] = {name: None for name in _ISOLATED_VARS}
+    env["ENVIRONMENT_API_KEY"] = ENV_KEY
+    user = tmp_path_factory.mktemp("shared-backend-user")
+    env["HOME"] = str(user)
+    yield from serve_backend(tmp_path_factory, "shared-backend", tiny=(TINY_TEXT,), env=env, cwd=user)
+
+
+@pytest.fixture(scope="session")
 def require_vllm() -> None:
-    """For tests that need vLLM: skipped where it is not installed, unless SYNTH_REQUIRE_VLLM=1 (CI, after
-    `./scripts/bootstrap.sh --vllm`) makes that a failure (`vllm_support.require_vllm`)."""
+    """For tests that need vLLM: skipped where it is not installed, unless SYNTH_REQUIRE_VLLM=1 (scripts/test.sh
+    and CI, after `./scripts/bootstrap.sh --vllm`) makes that a failure (`vllm_support.require_vllm`)."""
     from vllm_support import require_vllm as required
 
     required()
+
+
+@pytest.fixture(scope="module")
+def optim_extra():
+    """bitsandbytes and torchao importable in this process: scripts/project_venv.py installs the optim extra into
+    the venv's `optim-extra` folder (its OPTIM_OVERLAY), outside site-packages, so that other processes do not load
+    them; a venv with the extra installed as usual serves as is."""
+    import importlib.util
+
+    overlay = str(Path(sys.prefix) / "optim-extra")
+    added = Path(overlay).is_dir() and overlay not in sys.path
+    if added:
+        sys.path.append(overlay)
+        importlib.invalidate_caches()
+    missing = [name for name in ("bitsandbytes", "torchao") if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not importable: run scripts/bootstrap.sh, or pip install -e '.[optim]'")
+    yield
+    if added:
+        sys.path.remove(overlay)
 
 
 @pytest.fixture
@@ -114,3 +168,20 @@ def cli():
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Hand the longest modules to the workers first (tests/module_order.py)."""
+    from module_order import reorder_items
+
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    reorder_items(items, workers)
+
+
+@pytest.fixture(autouse=True)
+def _reference_venv_ready(request: pytest.FixtureRequest) -> None:
+    """Tests marked `reference_venv` wait for test.sh's background build of it, or skip without it."""
+    if request.node.get_closest_marker("reference_venv") is not None:
+        from reference_support import require_reference
+
+        require_reference()

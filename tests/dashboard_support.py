@@ -23,7 +23,7 @@ HOSTILE = '<img src="x" id="pwned"><script>document.title = "pwned"</script>'
 
 def chromium_path() -> str:
     """Debian's chromium (`scripts/install_chromium.sh`; Playwright's own browser downloads are blocked here).
-    CI sets SYNTH_REQUIRE_BROWSER=1, so there a missing browser fails instead of skipping."""
+    scripts/test.sh (and so CI) sets SYNTH_REQUIRE_BROWSER=1, so there a missing browser fails instead of skipping."""
     found = os.environ.get("SYNTH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     missing = None
     if not found:

@@ -8,9 +8,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from taskapp_support import REPO_ROOT, completion, tool_call
+from synth_ai.bundled_apps import APPS_DIR
+from taskapp_support import completion, tool_call
 
-MATH_DATA = REPO_ROOT / "examples" / "task_apps" / "math" / "data"
+MATH_DATA = APPS_DIR / "math" / "data"
 
 
 def _boxed(text: str) -> str:

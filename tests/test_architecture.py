@@ -178,3 +178,100 @@ def test_size_rules_count_a_functions_own_body(tmp_path):
     })
     assert import_map.long_functions(src, "toy") == ["src/toy/long.py:1 over(): body of 101 lines (limit 100)"]
     assert import_map.long_modules(src, "toy") == ["src/toy/big.py: 401 lines (limit 400)"]
+
+
+# --- the design's rules beyond the order: FORBIDDEN imports, no branch on a job kind's name ----------------------
+# (one block; a rule is a row of `FORBIDDEN` in scripts/import_map.py plus a planted violation here)
+
+def test_no_forbidden_import(graph):
+    assert [f"{a} -> {b}" for a, b, _ in import_map.forbidden_imports(graph)] == []
+
+
+def test_the_forbidden_arrows_include_trainers_from_executors_and_api():
+    rules = {(rule.importer, rule.imported) for rule in import_map.FORBIDDEN}
+    assert ("synth_ai.backend.executors", "synth_ai.backend.trainers") in rules
+    assert ("synth_ai.backend.api", "synth_ai.backend.trainers") in rules
+
+
+def test_no_branch_on_a_job_kinds_name_outside_its_registry():
+    assert {"sft", "rl"} <= import_map.kind_names()  # the scan knows the registered names
+    assert import_map.kind_branches() == []
+
+
+def _backend_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    return _package(tmp_path, {"synth_ai/__init__.py": "", "synth_ai/backend/__init__.py": "",
+                               "synth_ai/backend/trainers/__init__.py": "", "synth_ai/backend/trainers/rl.py": "",
+                               **files})
+
+
+@pytest.mark.parametrize("room", ["executors", "api"])
+def test_a_trainer_imported_from_the_executors_or_the_api_is_found(tmp_path, room):
+    src = _backend_tree(tmp_path, {
+        f"synth_ai/backend/{room}/__init__.py": "",
+        f"synth_ai/backend/{room}/launch.py": "def later():\n    from synth_ai.backend.trainers.rl import run_rl\n",
+        "synth_ai/backend/jobs.py": "import synth_ai.backend.trainers.rl\n",  # allowed: the worker runs trainers
+    })
+    graph = import_map.import_graph(src, "synth_ai")
+    found = import_map.forbidden_imports(graph)
+    assert [(a, b) for a, b, _ in found] == [(f"synth_ai.backend.{room}.launch", "synth_ai.backend.trainers.rl")]
+    assert any(line.startswith(f"forbidden import: synth_ai.backend.{room}.launch -> ")
+               for line in import_map.problems(graph, import_map.LAYERS, src))
+
+
+def test_a_branch_on_a_registered_kinds_name_is_found(tmp_path):
+    src = _backend_tree(tmp_path, {
+        "synth_ai/backend/jobs/__init__.py": "",
+        "synth_ai/backend/jobs/kinds.py": 'TOY = "toy"\nKINDS = [JobKind(name=TOY), JobKind(name="rl")]\n'
+                                          'same = kind == "rl"  # the registry itself may\n',
+        "synth_ai/backend/executors/__init__.py": "",
+        "synth_ai/backend/executors/launch.py": 'def f(row, kind, mode):\n    if row["kind"] == "toy":\n'
+                                                '        pass\n    if "rl" != kind:\n        pass\n'
+                                                '    if mode == "rl":  # not a kind\n        pass\n',
+    })
+    assert import_map.kind_names(src) == {"toy", "rl"}
+    found = import_map.kind_branches(src)
+    assert [line.split(": ")[0].rsplit("/", 1)[-1] for line in found] == ["launch.py:2", "launch.py:4"]
+    graph = import_map.import_graph(src, "synth_ai")
+    assert sum(line.startswith("branch on a job kind's name: ")
+               for line in import_map.problems(graph, import_map.LAYERS, src)) == 2
+
+
+# --- the SDK below the server (issue 36): the client imports no backend, a task app no client -----------------------
+
+def test_the_client_imports_no_backend_and_task_apps_import_no_client(graph):
+    rules = {(rule.importer, rule.imported) for rule in import_map.FORBIDDEN}
+    assert {("synth_ai.client", "synth_ai.backend"), ("synth_ai.taskapp", "synth_ai.client")} <= rules
+    found = [f"{a} -> {b}" for a, b, rule in import_map.forbidden_imports(graph) if rule.importer in
+             ("synth_ai.client", "synth_ai.taskapp")]
+    assert not found, "imports FORBIDDEN rules out (scripts/import_map.py):\n" + "\n".join(found)
+
+
+PLANTED = {
+    "client -> backend, lazily": ({
+        "synth_ai/client/connect.py": "def later():\n    from synth_ai.backend.daemon import start\n",
+        "synth_ai/client/fine.py": "from synth_ai.models import job_ids\n",
+        "synth_ai/backend/__init__.py": "",
+        "synth_ai/backend/daemon.py": "",
+        "synth_ai/models/__init__.py": "",
+        "synth_ai/models/job_ids.py": "",
+    }, "synth_ai.client.connect -> synth_ai.backend.daemon"),
+    "taskapp -> client": ({
+        "synth_ai/taskapp/serving.py": "import synth_ai.client.env_keys\n",
+        "synth_ai/taskapp/auth.py": "from synth_ai.env import secrets\n",
+        "synth_ai/client/__init__.py": "",
+        "synth_ai/client/env_keys.py": "",
+        "synth_ai/env/__init__.py": "",
+        "synth_ai/env/secrets.py": "",
+    }, "synth_ai.taskapp.serving -> synth_ai.client.env_keys"),
+}
+
+
+@pytest.mark.parametrize("case", list(PLANTED))
+def test_a_planted_forbidden_import_is_found_and_only_it(tmp_path, case):
+    files, arrow = PLANTED[case]
+    packages = {f"{'/'.join(name.split('/')[:2])}/__init__.py": "" for name in files}
+    src = _package(tmp_path, {"synth_ai/__init__.py": "", **packages, **files})
+    graph = import_map.import_graph(src, "synth_ai")
+    found = import_map.forbidden_imports(graph)
+    assert [f"{a} -> {b}" for a, b, _ in found] == [arrow]
+    assert any(line.startswith(f"forbidden import: {arrow} (") for line in import_map.problems(graph, TOY_LAYERS))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from backend_support import BackendProcess, chat_jsonl, sft_body, upload
+from backend_support import chat_jsonl, serve_backend, sft_body, upload
 from starlette.requests import Request
 from taskapp_support import ENV_KEY, running_app
 
@@ -20,11 +20,8 @@ LIMIT = 1024 * 1024  # the module's server refuses uploads over 1 MiB
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    root = tmp_path_factory.mktemp("backend-api")
-    proc = BackendProcess(root / "data", env={"SYNTH_AI_BACKEND_MAX_UPLOAD_BYTES": str(LIMIT),
-                                              "ENVIRONMENT_API_KEY": ENV_KEY}).start()
-    yield proc
-    proc.stop()
+    yield from serve_backend(tmp_path_factory, "backend-api", env={"SYNTH_AI_BACKEND_MAX_UPLOAD_BYTES": str(LIMIT),
+                                                                   "ENVIRONMENT_API_KEY": ENV_KEY})
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
-import time
 
 import pytest
 from backend_support import (
@@ -35,6 +35,13 @@ def backend(tmp_path, tiny_models):
     proc = BackendProcess(data, env={"SYNTH_AI_BACKEND_CANCEL_GRACE_S": "20"}).start()
     yield proc
     proc.stop()
+
+
+def _processes_of_job(job_id: str) -> list[int]:
+    """Live worker processes of the job: cold ones name it on their command line, a warm one works in its folder."""
+    from synth_ai.backend.jobs.process_contract import is_worker_of
+
+    return [int(pid) for pid in filter(str.isdigit, os.listdir("/proc")) if is_worker_of(int(pid), job_id)]
 
 
 def _check_succeeded_job(api, job_id: str, backend: BackendProcess, steps: int, base: str) -> str:
@@ -150,7 +157,9 @@ def test_cancel_stops_a_running_worker(backend, tmp_path):
         assert api.post(f"/learning/jobs/{job['id']}/cancel").json()["status"] == "cancelled"  # idempotent
         # the queued job gets the slot; cancelling it while its worker starts up still ends it cleanly
         assert api.post(f"/learning/jobs/{second['id']}/cancel").json()["status"] == "cancelled"
-        time.sleep(2)  # give a worker that was just spawned for it the time to look and leave
+        # a worker spawned for it as the slot freed looks, finds it cancelled and leaves: wait for that, then check
+        # that it changed nothing on its way out
+        wait_for(lambda: not _processes_of_job(second["id"]), timeout=120, what="its worker to leave")
         assert job_status(api, second["id"]) == "cancelled"
         assert events(api, second["id"])[-1]["type"] == "sft.job.cancelled"
         assert api.post(f"/learning/jobs/{job['id']}/start").json()["status"] == "cancelled"  # no restart

@@ -150,3 +150,31 @@ def test_the_demo_task_app_uses_its_port_when_free_and_another_when_taken(tmp_pa
         monkeypatch.setattr(demo_services, "TASK_APP_PORT", foreign.port)
         assert serve("taken") != foreign.url
         _untouched(foreign)
+
+
+def test_the_demo_task_app_moves_on_when_its_port_is_taken_between_the_check_and_the_bind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two demos starting at once both find 8001 free; the one whose task app loses the bind starts it again on a
+    free port instead of failing (what two concurrent `demo --fast` runs hit)."""
+    from synth_ai import ports
+    from synth_ai.demo import services as demo_services
+    from synth_ai.demo.plan import APP_ID
+
+    env = {**os.environ, "ENVIRONMENT_API_KEY": "sk_env_ports_race_0123456789"}
+    with foreign_server(tmp_path / "site") as foreign:
+        # the check said "free", then another program took the port
+        monkeypatch.setattr(ports, "preferred_or_free_port", lambda host, preferred: foreign.port)
+        lines: list[str] = []
+        running = demo_services.Services(say=lines.append)
+        try:
+            url = running.serve_task_app(APP_ID, env=env, cwd=tmp_path, log_file=tmp_path / "race.log")
+            assert url != foreign.url
+            assert httpx.get(f"{url}/health", headers={"X-API-Key": env["ENVIRONMENT_API_KEY"]}).status_code == 200
+        finally:
+            running.stop(keep=False)
+        assert [line.split("   ")[0] for line in lines] == [f"$ synth-ai serve {APP_ID} --port {foreign.port}",
+                                                             f"$ synth-ai serve {APP_ID} --port {url.rsplit(':', 1)[1]}"]
+        # until its own app exits, the demo cannot tell that the port is someone else's: it only asked for /health
+        assert set(foreign.requests) <= {"GET /health"}
+        foreign.requests.clear()
+        _untouched(foreign)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from backend_support import (
@@ -65,10 +66,21 @@ def _worker_pid(api, job_id: str) -> int:
     return running["data"]["pid"]
 
 
+def _stays_without_a_warm_worker(backend: BackendProcess, seconds: float) -> None:
+    """Several scheduler ticks (0.5 s each) pass without a warm worker being started."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert warm_worker_pid(backend.data_dir) is None
+        assert not (backend.data_dir / "backend" / "warm_worker.log").exists()
+        time.sleep(0.2)
+
+
 def test_a_job_runs_in_the_warm_worker_and_a_new_one_takes_its_place(warm_backend, tmp_path):
-    warm_pid = _ready_warm_pid(warm_backend)
+    # a backend with no file or job yet keeps no warm worker; the first upload starts one
+    _stays_without_a_warm_worker(warm_backend, 3)
     with warm_backend.client() as api:
         file_id = upload(api, chat_jsonl(tmp_path / "w.jsonl")).json()["id"]
+        warm_pid = _ready_warm_pid(warm_backend)
         job_id = _start(api, file_id, steps=4, logging_steps=1)
         assert _worker_pid(api, job_id) == warm_pid  # the waiting process ran it: no new interpreter
         wait_for(lambda: job_status(api, job_id) in FINISHED, timeout=120, what="the job to finish")
@@ -91,12 +103,12 @@ def test_a_job_runs_in_the_warm_worker_and_a_new_one_takes_its_place(warm_backen
 
 
 def test_a_killed_warm_worker_is_replaced_and_the_job_still_runs(warm_backend, tmp_path):
-    first = _ready_warm_pid(warm_backend)
-    os.kill(first, signal.SIGKILL)
-    second = _ready_warm_pid(warm_backend, count=2)
-    assert second != first
     with warm_backend.client() as api:
         file_id = upload(api, chat_jsonl(tmp_path / "k.jsonl")).json()["id"]
+        first = _ready_warm_pid(warm_backend)
+        os.kill(first, signal.SIGKILL)
+        second = _ready_warm_pid(warm_backend, count=2)
+        assert second != first
         job_id = _start(api, file_id, steps=3)
         assert _worker_pid(api, job_id) == second
         wait_for(lambda: job_status(api, job_id) in FINISHED, timeout=120, what="the job to finish")
@@ -148,10 +160,10 @@ def test_without_an_importable_training_stack_jobs_start_cold(tmp_path, tiny_mod
     backend = BackendProcess(data, env={"SYNTH_AI_BACKEND_WARM_WORKER": "1", "PYTHONPATH": pythonpath}).start()
     try:
         warm_log = data / "backend" / "warm_worker.log"
-        wait_for(lambda: warm_log.exists() and "cannot be imported" in warm_log.read_text(), timeout=60,
-                 what="the warm worker to report the broken stack")
         with backend.client() as api:
             file_id = upload(api, chat_jsonl(tmp_path / "n.jsonl")).json()["id"]
+            wait_for(lambda: warm_log.exists() and "cannot be imported" in warm_log.read_text(), timeout=60,
+                     what="the warm worker to report the broken stack")
             job_id = _start(api, file_id, steps=2)
             wait_for(lambda: job_status(api, job_id) in FINISHED, timeout=60, what="the job to end")
             final = api.get(f"/learning/jobs/{job_id}").json()

@@ -10,11 +10,10 @@ import pytest
 from backend_support import BackendProcess
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory):
-    process = BackendProcess(tmp_path_factory.mktemp("envbackend") / "home").start()
-    yield process
-    process.stop()
+@pytest.fixture
+def backend(shared_backend: BackendProcess) -> BackendProcess:
+    """The worker's shared backend: these tests only list (and assert only that a list comes back)."""
+    return shared_backend
 
 
 @pytest.fixture

@@ -164,6 +164,9 @@ CASES: list[Case] = [
          edit("rl", ("[topology]\n", "[compute.topology]\n"), ("gpus_for_vllm = 1", "gpus_for_vllm = 3"),
               ("gpus_for_training = 1", "gpus_for_training = 1 #<")),
          "[compute.topology].gpus_for_training", "the topology uses 4 GPUs but [compute] provides 2"),
+    Case("rl-topology-vllm-takes-every-gpu", "rl",
+         edit("rl", ("gpus_for_vllm = 1", "gpus_for_vllm = 2 #<"), ("gpus_for_training = 1\n", "")),
+         "[topology].gpus_for_vllm", "leaves no GPU to train on"),
     Case("rl-weight-sync-disabled", "rl",
          BASE["rl"].replace("[evaluation]", "[training.weight_sync]\nenable = false #<\n\n[evaluation]"),
          "[training.weight_sync].enable", "weight sync cannot be disabled"),
@@ -298,9 +301,9 @@ CASES: list[Case] = [
          "[job].model", "no model to fine-tune"),
     Case("sft-job-missing", "sft", edit("sft", ('[job]\nmodel = "Qwen/Qwen3-4B"\ndata = "train.jsonl"\n', "")),
          "[job]", "required table is missing", line=None),
-    Case("sft-fine-tuned-model", "sft",
-         edit("sft", ('model = "Qwen/Qwen3-4B"', 'model = "ft:Qwen/Qwen3-4B:job_9" #<')),
-         "[job].model", "is a fine-tuned id; a base model is required here"),
+    Case("sft-fine-tuned-model-of-unknown-base", "sft",
+         edit("sft", ('model = "Qwen/Qwen3-4B"', 'model = "ft:Llama-3-8B:job_9" #<')),
+         "[job].model", "Model 'ft:Llama-3-8B:job_9' is not supported"),
     Case("sft-unknown-model", "sft", edit("sft", ('model = "Qwen/Qwen3-4B"', 'model = "Llama-3-8B" #<')),
          "[job].model", "Model 'Llama-3-8B' is not supported"),
     Case("sft-experimental-model", "sft",
@@ -771,12 +774,28 @@ def test_empty_file_is_never_an_empty_config(tmp_path: Path):
     assert result.exit_code == 3 and "cannot tell whether this is an RL or an SFT config" in result.stderr
 
 
-def test_missing_config_file(tmp_path: Path):
-    result = run_cli("train", "--dry-run", "--config", str(tmp_path / "nope.toml"))
+def test_a_missing_config_file_is_exit_8_in_every_command(tmp_path: Path):
+    """One cause, one code: config validate, train, eval and filter all say the file is not found, with 8."""
+    missing = str(tmp_path / "nope.toml")
+    result = run_cli("train", "--dry-run", "--config", missing)
     assert result.exit_code == 8 and "Config not found" in result.stderr
-    result = run_cli("--json", "config", "validate", str(tmp_path / "nope.toml"))
-    assert result.exit_code == 3
+    result = run_cli("--json", "config", "validate", missing)
+    assert result.exit_code == 8, result.stdout
     assert "Config not found" in result.json()["files"][0]["error"]
+    human = run_cli("config", "validate", missing)
+    assert human.exit_code == 8 and "Config not found" in human.stdout
+    result = run_cli("filter", "--config", missing)
+    assert result.exit_code == 8 and "Config not found" in result.stderr
+    result = run_cli("--json", "eval", "math-single-step", "--config", missing, "--model", "synth-ai/tiny-qwen3")
+    assert result.exit_code == 8 and "config not found" in result.json()["error"]["message"]
+
+
+def test_config_validate_exits_with_the_first_failing_files_code(tmp_path: Path):
+    broken = tmp_path / "work" / "broken.toml"
+    broken.write_text("[eval]\napp_id = 3\n")
+    missing = str(tmp_path / "nope.toml")
+    assert run_cli("config", "validate", str(broken), missing).exit_code == 3
+    assert run_cli("config", "validate", missing, str(broken)).exit_code == 8
 
 
 def test_non_utf8_file(tmp_path: Path):

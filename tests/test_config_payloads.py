@@ -228,7 +228,7 @@ def test_sft_no_validation_section_adds_nothing(tmp_path: Path):
 
 
 def test_sft_effective_compute_keeps_only_three_keys(tmp_path: Path):
-    text = SFT_BASE.replace("nodes = 1", 'nodes = 1\nregion = "us-east"\n\n[compute.topology]\ntype = "x"')
+    text = SFT_BASE.replace("nodes = 1", 'nodes = 1\n\n[compute.topology]\ntype = "x"')
     body = build_sft_payload(_sft(tmp_path, text))
     assert body["metadata"]["effective_config"]["compute"] == {"gpu_type": "H100", "gpu_count": 2, "nodes": 1}
 

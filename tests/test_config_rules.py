@@ -287,12 +287,18 @@ def test_eval_thinking_rules(tmp_path: Path):
     assert not loaded.warnings and loaded.resolved["model"] == "Qwen/Qwen3-VL-8B-Thinking"
 
 
-def test_eval_unknown_model_is_allowed(tmp_path: Path):
-    """eval may target any OpenAI-compatible model: no registry check, no thinking/vision rules."""
+def test_eval_unknown_model_is_allowed_at_the_configs_own_endpoint(tmp_path: Path):
+    """eval may target any OpenAI-compatible model at its `inference_url`: no registry check, no thinking/vision
+    rules. Without one a Synth backend serves the model, and the registry decides (as for train)."""
     text = sub(EVAL, ('model = "Qwen/Qwen3-4B"', 'model = "gpt-4o-mini"'),
-               ("temperature = 0.0", 'temperature = 0.0\nthinking_mode = "think"\nuse_vision = true'))
+               ("temperature = 0.0", 'temperature = 0.0\nthinking_mode = "think"\nuse_vision = true\n'
+                                     'inference_url = "https://api.openai.com/v1/chat/completions"'))
     loaded = load(tmp_path, text, "eval")
     assert loaded.resolved["model"] == "gpt-4o-mini" and not loaded.warnings
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, sub(EVAL, ('model = "Qwen/Qwen3-4B"', 'model = "gpt-4o-mini"')), "eval")
+    assert [(i.key, i.message) for i in info.value.issues] == [
+        ("[eval].model", "Model 'gpt-4o-mini' is not supported.")]
 
 
 def test_eval_model_flag_override(tmp_path: Path):

@@ -30,11 +30,10 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    proc = BackendProcess(tmp_path_factory.mktemp("single-source") / "data").start()
-    yield proc
-    proc.stop()
+@pytest.fixture
+def backend(shared_backend: BackendProcess) -> BackendProcess:
+    """The worker's shared backend: these tests only post bodies it refuses."""
+    return shared_backend
 
 
 def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:

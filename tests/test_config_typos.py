@@ -1,5 +1,8 @@
-"""Unknown keys: forwarded as-is (as synth-ai 0.2.17 does), with a "did you mean" warning when one looks like a
-typo of a known key, at any depth of any config kind."""
+"""Unknown keys in the tables our schema defines are errors (exit 3) with "did you mean" when one looks like a known
+key, at any depth of any config kind, in `config validate`, `train`, `eval` and `filter`: a misspelt key used to be
+forwarded with a warning while the setting it meant kept its default (`min_oficial_score = 0.3` kept every session;
+`max_stalenes = 2` trained synchronously). Open tables (`env_config`, `tags`, ...) still take any key, and keys kept
+only for synth-ai 0.2.17 configs are named in a note."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from conftest import run_cli
 
 from synth_ai.config.common import ResolveContext
 from synth_ai.config.loader import load_config
+from synth_ai.errors import ConfigError
 from synth_ai.train.request_bodies import build_rl_payload, build_sft_payload
 
 DATA = Path(__file__).parent / "data" / "broken_configs"
@@ -21,10 +25,20 @@ def _replace(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def _load(tmp_path: Path, kind: str, text: str):
+def _path(tmp_path: Path, kind: str, text: str) -> Path:
     path = tmp_path / "work" / f"{kind}.toml"
     path.write_text(text)
-    return load_config(path, kind, ResolveContext(environ={}))
+    return path
+
+
+def _load(tmp_path: Path, kind: str, text: str):
+    return load_config(_path(tmp_path, kind, text), kind, ResolveContext(environ={}))
+
+
+def _refusal(tmp_path: Path, kind: str, text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, kind, text)
+    return info.value
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +47,7 @@ def dataset(isolated_home: Path) -> None:
 
 
 TYPOS = [
-    # kind, old snippet, new snippet, warned key path, suggestion, where the value lands in the resolved config
+    # kind, old snippet, new snippet, refused key path, suggestion, (unused: where 0.2.17 forwarded it)
     ("rl", "[training]\n", "[trainig]\nnote = 1\n\n[training]\n", "trainig", "training", ("trainig",)),
     ("rl", "batch_size = 8", "batch_size = 8\nbatch_sise = 16", "[training].batch_sise", "batch_size",
      ("training", "batch_sise")),
@@ -58,56 +72,80 @@ TYPOS = [
      "thinking_budget", ("policy_config", "thinking_budgt")),
     ("filter", "limit = 100", "limit = 100\nmin_oficial_score = 0.2", "[filter].min_oficial_score",
      "min_official_score", ("filter", "min_oficial_score")),
+    ("rl", "batch_size = 8", "batch_size = 8\nmax_stalenes = 2", "[training].max_stalenes", "max_staleness",
+     ("training", "max_stalenes")),
 ]
 
 
-def _dig(data: dict, path: tuple[str, ...]):
-    for key in path:
-        data = data[key]
-    return data
-
-
-@pytest.mark.parametrize("kind,old,new,key,suggestion,resolved_at", TYPOS, ids=[t[3] for t in TYPOS])
-def test_typo_warns_with_did_you_mean_and_is_forwarded(kind, old, new, key, suggestion, resolved_at, tmp_path):
+@pytest.mark.parametrize("kind,old,new,key,suggestion,forwarded_at", TYPOS, ids=[t[3] for t in TYPOS])
+def test_a_typo_is_an_error_with_did_you_mean_at_its_line(kind, old, new, key, suggestion, forwarded_at, tmp_path):
     text = _replace(BASE[kind], old, new)
-    loaded = _load(tmp_path, kind, text)
-    warnings = [w for w in loaded.warnings if w.key == key]
-    assert len(warnings) == 1, [(w.key, w.message) for w in loaded.warnings]
-    warning = warnings[0]
-    assert f"did you mean `{suggestion}`?" in warning.message and "forwarded as-is" in warning.message
+    refusal = _refusal(tmp_path, kind, text)
+    (issue,) = [i for i in refusal.issues if i.severity == "error"]
+    assert issue.key == key and issue.message == f"unknown key; did you mean `{suggestion}`?"
     typo = key.rsplit(".", 1)[-1].strip("[]")
+    assert issue.fix == f"rename `{typo}` to `{suggestion}`"
     expected_line = next(n for n, line in enumerate(text.splitlines(), 1)
                          if line.startswith(typo) or line.startswith(f"[{typo}]"))
-    assert warning.line == expected_line
-    _dig(loaded.resolved, resolved_at)  # kept, not dropped
+    assert issue.line == expected_line
+    assert refusal.exit_code == 3
 
 
-def test_keys_far_from_any_known_key_are_forwarded_silently(tmp_path: Path):
-    text = BASE["rl"] + '\n[my_extras]\nowner = "team-a"\n\n[rollout.env_config]\ndifficulty = "hard"\n'
-    text = _replace(text, "batch_size = 8", "batch_size = 8\ncustom_flag = true")
+def test_a_key_like_no_known_one_is_an_error_that_lists_the_tables_keys(tmp_path: Path):
+    refusal = _refusal(tmp_path, "rl", _replace(BASE["rl"], 'gpu_type = "H100"', 'gpu_type = "H100"\ncolour = 1'))
+    (issue,) = [i for i in refusal.issues if i.severity == "error"]
+    assert issue.key == "[compute].colour" and issue.message == "unknown key"
+    assert issue.fix == "remove it; [compute] takes: gpu_count, gpu_type, nodes, topology"
+    refusal = _refusal(tmp_path, "rl", _replace(BASE["rl"], "batch_size = 8", "batch_size = 8\ncustom_flag = true"))
+    (issue,) = [i for i in refusal.issues if i.severity == "error"]
+    assert issue.key == "[training].custom_flag"
+    assert issue.fix == "remove it; `synth-ai config schema` lists the keys [training] takes"
+    refusal = _refusal(tmp_path, "rl", BASE["rl"] + '\n[my_extras]\nowner = "team-a"\n')
+    assert [i.key for i in refusal.issues if i.severity == "error"] == ["my_extras"]
+
+
+def test_open_tables_take_any_key_and_forward_it(tmp_path: Path):
+    text = BASE["rl"] + '\n[tags]\nowner = "team-a"\n\n[rollout.env_config]\ndifficulty = "hard"\n'
     loaded = _load(tmp_path, "rl", text)
-    assert loaded.warnings == []
-    assert loaded.resolved["my_extras"] == {"owner": "team-a"}
-    assert loaded.resolved["training"]["custom_flag"] is True
+    assert [i for i in loaded.issues if i.severity != "note"] == []
+    assert loaded.resolved["tags"] == {"owner": "team-a"}
     assert loaded.resolved["rollout"]["env_config"] == {"difficulty": "hard"}
     payload = build_rl_payload(loaded, api_base="http://backend.test/api")
-    assert payload["data"]["config"]["my_extras"] == {"owner": "team-a"}
-    assert payload["data"]["config"]["training"]["custom_flag"] is True
+    assert payload["data"]["config"]["tags"] == {"owner": "team-a"}
+    assert payload["data"]["config"]["rollout"]["env_config"] == {"difficulty": "hard"}
 
 
-def test_typo_is_forwarded_into_the_rl_payload(tmp_path: Path):
-    loaded = _load(tmp_path, "rl", _replace(BASE["rl"], "batch_size = 8", "batch_size = 8\nbatch_sise = 16"))
+def test_a_policy_config_keeps_the_task_apps_own_keys_but_not_typos_of_ours(tmp_path: Path):
+    text = _replace(BASE["rl"], "temperature = 0.7", 'temperature = 0.7\nreasoning_effort = "low"\ntop_k = 20')
+    loaded = _load(tmp_path, "rl", text)
+    assert loaded.resolved["rollout"]["policy_config"]["reasoning_effort"] == "low"
     payload = build_rl_payload(loaded, api_base="http://backend.test/api")
-    assert payload["data"]["config"]["training"]["batch_sise"] == 16
-    assert payload["data"]["config"]["training"]["batch_size"] == 8
+    assert payload["data"]["config"]["rollout"]["policy_config"]["top_k"] == 20
+    refusal = _refusal(tmp_path, "rl", _replace(BASE["rl"], "temperature = 0.7", "temperature = 0.7\nmax_token = 9"))
+    assert [(i.key, i.message) for i in refusal.issues if i.severity == "error"] == [
+        ("[rollout.policy_config].max_token", "unknown key; did you mean `max_tokens`?")]
 
 
-def test_unknown_hyperparameter_is_forwarded_into_the_sft_payload(tmp_path: Path):
+def test_a_hyperparameter_the_trainer_reads_is_forwarded_into_the_sft_payload(tmp_path: Path):
     text = _replace(BASE["sft"], "learning_rate = 1e-5", "learning_rate = 1e-5\nlr_scheduler = \"cosine\"")
     loaded = _load(tmp_path, "sft", text)
     assert loaded.warnings == []
     payload = build_sft_payload(loaded, training_file_id="file-1")
     assert payload["hyperparameters"]["lr_scheduler"] == "cosine"
+
+
+def test_keys_kept_only_for_0217_are_named_in_a_note(tmp_path: Path):
+    text = _replace(BASE["rl"], "[evaluation]", "[training.weight_sync]\nenable = true\nverify_every_k = 3\n\n"
+                                                "[evaluation]") + "\n[data]\nseeds = [0, 1]\n"
+    loaded = _load(tmp_path, "rl", text)
+    notes = {n.key: n.message for n in loaded.notes}
+    assert notes["[training.weight_sync].verify_every_k"].startswith(
+        "kept for synth-ai 0.2.17 configs; the embedded backend does not use it: the trainer's weights reach")
+    assert "new seeds" in notes["[data]"]
+    assert loaded.resolved["data"] == {"seeds": [0, 1]}  # sent as written: a hosted backend may read it
+    sft = _load(tmp_path, "sft", _replace(BASE["sft"], "bf16 = true", "bf16 = false\nfp16 = true"))
+    assert [n.key for n in sft.notes if "0.2.17" in n.message] == ["[hyperparameters.parallelism].fp16"]
+    assert not [n for n in _load(tmp_path, "rl", BASE["rl"]).notes if "0.2.17" in n.message]
 
 
 def test_typo_of_a_required_key_is_an_error_and_a_hint(tmp_path: Path):
@@ -117,16 +155,45 @@ def test_typo_of_a_required_key_is_an_error_and_a_hint(tmp_path: Path):
     result = run_cli("config", "validate", str(path))
     assert result.exit_code == 3
     assert "[model].label: required key is missing" in result.stdout
-    assert "[model].lable: unknown key (forwarded as-is); did you mean `label`?" in result.stderr
+    assert "[model].lable: unknown key; did you mean `label`?" in result.stdout
 
 
-def test_typo_warning_through_cli_json(tmp_path: Path):
-    path = tmp_path / "work" / "rl.toml"
-    path.write_text(_replace(BASE["rl"], "batch_size = 8", "batch_size = 8\nbatch_sise = 16"))
-    result = run_cli("--json", "config", "validate", str(path))
-    assert result.exit_code == 0
+def test_a_typo_is_refused_by_config_validate_train_eval_and_filter(tmp_path: Path, isolated_home: Path):
+    rl = _path(tmp_path, "rl", _replace(BASE["rl"], "batch_size = 8", "batch_size = 8\nmax_stalenes = 2"))
+    result = run_cli("--json", "config", "validate", str(rl))
+    assert result.exit_code == 3
     (report,) = result.json()["files"]
-    (warning,) = [i for i in report["issues"] if i["severity"] == "warning"]
-    assert warning["key"] == "[training].batch_sise" and "did you mean `batch_size`?" in warning["message"]
-    assert warning["fix"] == "rename `batch_sise` to `batch_size` if that is what you meant"
-    assert result.stderr == ""
+    (error,) = [i for i in report["issues"] if i["severity"] == "error"]
+    assert error["key"] == "[training].max_stalenes" and error["message"] == "unknown key; did you mean `max_staleness`?"
+    assert error["fix"] == "rename `max_stalenes` to `max_staleness`"
+    trained = run_cli("train", "--type", "rl", "--dry-run", "--config", str(rl))
+    assert trained.exit_code == 3 and "[training].max_stalenes: unknown key; did you mean `max_staleness`?" in \
+        trained.stderr
+    evaluated = run_cli("eval", "--config", str(_path(tmp_path, "eval", _replace(
+        BASE["eval"], "concurrency = 2", "concurrency = 2\nmax_llm_call = 3"))))
+    assert evaluated.exit_code == 3 and "[eval].max_llm_call: unknown key; did you mean `max_llm_calls`?" in \
+        evaluated.stderr
+    assert not (isolated_home / "traces").exists()
+
+
+def test_filter_refuses_a_typo_and_leaves_its_output_alone(tmp_path: Path, isolated_home: Path):
+    output = isolated_home / "ft_data" / "out.jsonl"
+    output.parent.mkdir()
+    output.write_text('{"messages": [{"role": "user", "content": "kept"}]}\n')
+    before = output.stat()
+    config = _path(tmp_path, "filter", _replace(BASE["filter"], "min_official_score = 0.5",
+                                                "min_oficial_score = 0.5"))
+    result = run_cli("filter", "--config", str(config))
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert "[filter].min_oficial_score: unknown key; did you mean `min_official_score`?" in result.stderr
+    assert output.read_text() == '{"messages": [{"role": "user", "content": "kept"}]}\n'
+    assert output.stat().st_mtime_ns == before.st_mtime_ns and sorted(output.parent.iterdir()) == [output]
+
+
+def test_the_schema_says_which_tables_take_other_keys():
+    from synth_ai.config.schema import config_schema
+
+    rl = config_schema("rl")
+    assert rl["additionalProperties"] is False and rl["$defs"]["TrainingSection"]["additionalProperties"] is False
+    assert rl["$defs"]["PolicyRuntimeSection"]["additionalProperties"] is True
+    assert config_schema("filter")["$defs"]["FilterConfig"]["additionalProperties"] is False

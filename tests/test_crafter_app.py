@@ -30,11 +30,12 @@ from taskapp_support import (
     wait_for_health,
 )
 
-from conftest import REPO_ROOT, free_port
+from conftest import free_port
+from synth_ai.bundled_apps import APPS_DIR
 
 pytest.importorskip("crafter")
 
-CRAFTER_DIR = REPO_ROOT / "examples" / "task_apps" / "crafter"
+CRAFTER_DIR = APPS_DIR / "crafter"
 HEADERS = headers()
 
 

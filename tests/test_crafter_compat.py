@@ -7,13 +7,11 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import free_port
+from reference_support import REF_CLI
 from taskapp_support import ENV_KEY, stop, subprocess_env, synth_ai_command, wait_for_health
 
-from conftest import REPO_ROOT, free_port
-
-REF_CLI = REPO_ROOT / "bench" / ".cache" / "ref-venv" / "bin" / "synth-ai"
-
-pytestmark = [pytest.mark.skipif(not REF_CLI.exists(), reason="reference venv not built (bench/reference_env.py)")]
+pytestmark = pytest.mark.reference_venv
 pytest.importorskip("crafter")
 
 

@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT
+from synth_ai.bundled_apps import APPS_DIR
 
 pytest.importorskip("crafter")
 
 
 def crafter_env():
     spec = importlib.util.spec_from_file_location(
-        "crafter_env_under_test", REPO_ROOT / "examples" / "task_apps" / "crafter" / "crafter_env.py")
+        "crafter_env_under_test", APPS_DIR / "crafter" / "crafter_env.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
     spec.loader.exec_module(module)

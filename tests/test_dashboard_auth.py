@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend_support import BackendProcess
+from backend_support import BackendProcess, serve_backend, wait_for
 from dashboard_support import write_eval_traces
 
 
@@ -22,11 +22,8 @@ def server(tmp_path_factory):
     traces.mkdir()
     write_eval_traces(traces / "good.db", run_id="eval_http")
     (traces / "junk.db").write_text("not sqlite")
-    env = {"SYNTH_AI_BACKEND_WARM_WORKER": "0",
-           "SYNTH_AI_BACKEND_TRACES": os.pathsep.join([str(traces), str(root / "missing.db")])}
-    proc = BackendProcess(root / "data", env=env).start()
-    yield proc
-    proc.stop()
+    env = {"SYNTH_AI_BACKEND_TRACES": os.pathsep.join([str(traces), str(root / "missing.db")])}
+    yield from serve_backend(tmp_path_factory, "dash-auth", warm=False, env=env, folder=root)
 
 
 def _token(server: BackendProcess, **body) -> dict:
@@ -70,7 +67,10 @@ def test_one_time_link_logs_in_once(server):
 
 def test_link_expires_and_bad_tokens_are_refused(server):
     doc = _token(server, ttl_s=1)
-    time.sleep(1.3)
+    # the server set its expiry from CLOCK_MONOTONIC (one clock for every process here) before it answered: once
+    # that clock has moved a second past the answer, the link has expired
+    expired_by = time.monotonic() + 1.0
+    wait_for(lambda: time.monotonic() > expired_by, timeout=10, interval=0.05, what="the link's expiry")
     assert httpx.get(doc["url"]).status_code == 401
     assert httpx.get(f"{server.url}/login?token=login_guess").status_code == 401
     assert httpx.get(f"{server.url}/login").status_code == 401

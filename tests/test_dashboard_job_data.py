@@ -5,7 +5,7 @@ RL job written into the backend's SQLite store: the newest page of its events an
 from __future__ import annotations
 
 import pytest
-from backend_support import BackendProcess, chat_jsonl, sft_body, upload
+from backend_support import chat_jsonl, serve_backend, sft_body, upload
 from dashboard_support import LongRLJob, store_of, write_long_rl_job
 
 PAGE = 100
@@ -13,10 +13,7 @@ PAGE = 100
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    proc = BackendProcess(tmp_path_factory.mktemp("dash-data") / "data",
-                          env={"SYNTH_AI_BACKEND_WARM_WORKER": "0"}).start()
-    yield proc
-    proc.stop()
+    yield from serve_backend(tmp_path_factory, "dash-data", warm=False)
 
 
 @pytest.fixture(scope="module")

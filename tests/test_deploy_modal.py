@@ -32,7 +32,9 @@ from taskapp_support import (
     tool_call,
 )
 
+from synth_ai.bundled_apps import APPS_DIR
 from synth_ai.deploy.modal_cli import raise_for_failure, run_modal, url_from_line
+from synth_ai.env.extras import pip_install
 from synth_ai.errors import DeadlineError, ExitCode, ServerError
 
 pytest.importorskip("modal")
@@ -346,7 +348,7 @@ def test_generated_app_runs_from_the_container_layout(cli, tmp_path: Path, monke
     root = tmp_path / "opt" / "synth_ai"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".env", "*.env", "*.db")
     shutil.copytree(Path(synth_ai.__file__).parent, root / "synth_ai", ignore=ignore)
-    crafter_dir = Path(__file__).resolve().parents[1] / "examples" / "task_apps" / "crafter"
+    crafter_dir = APPS_DIR / "crafter"
     shutil.copytree(crafter_dir, root / "task_app" / "crafter", ignore=ignore)
     source = Path(doc["script_path"]).read_text()
     source = source.replace("REMOTE_ROOT = '/opt/synth_ai'", f"REMOTE_ROOT = {str(root)!r}")
@@ -394,7 +396,7 @@ def test_modal_command_resolution(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(modal_cli.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(UnavailableError, match="the `modal` package is not installed") as info:
         modal_cli.resolve_modal_command("modal")
-    assert info.value.exit_code == ExitCode.UNAVAILABLE and "pip install 'synth-ai[modal]'" in info.value.hint
+    assert info.value.exit_code == ExitCode.UNAVAILABLE and pip_install("modal") in info.value.hint
 
 
 def test_env_files_of_every_common_name_stay_out_of_the_image() -> None:

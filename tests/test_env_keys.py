@@ -9,22 +9,19 @@ import json
 import os
 import stat
 import subprocess
-from pathlib import Path
 
 import pytest
-from backend_support import BackendProcess
+from backend_support import BackendProcess, serve_backend
 from conftest import REPO_ROOT, free_port
+from reference_support import REF_PYTHON
 from taskapp_support import stop, subprocess_env, synth_ai_command, wait_for_health
 
-REF_PYTHON = REPO_ROOT / "bench" / ".cache" / "ref-venv" / "bin" / "python"
 SECRET = "sk_env_sealed_upload_0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    proc = BackendProcess(tmp_path_factory.mktemp("env-keys") / "data").start()
-    yield proc
-    proc.stop()
+    yield from serve_backend(tmp_path_factory, "env-keys")
 
 
 @pytest.fixture
@@ -104,7 +101,7 @@ def test_uploads_keep_the_newest_first_and_at_most_eight(tmp_path):
     assert keys[-1] == "setup-key-000000000" and len(keys) == 10
 
 
-@pytest.mark.skipif(not REF_PYTHON.exists(), reason="needs the synth-ai 0.2.17 reference venv (bench/reference_env.py)")
+@pytest.mark.reference_venv
 def test_reference_client_uploads_to_our_backend(api, backend):
     """synth-ai 0.2.17's `setup_environment_api_key` (what its serve/deploy preflight runs) against our backend."""
     key = "sk_env_from_reference_client_42424242"
@@ -180,7 +177,7 @@ def test_our_client_shows_the_backends_reason_and_fix(backend):
     assert caught.value.details["detail"]["code"] == "undecryptable" and caught.value.exit_code == 3
 
 
-@pytest.mark.skipif(not REF_PYTHON.exists(), reason="needs the synth-ai 0.2.17 reference venv (bench/reference_env.py)")
+@pytest.mark.reference_venv
 def test_reference_serve_preflight_uploads_and_verifies(backend, tmp_path):
     """synth-ai 0.2.17's `preflight_env_key` (run by its serve/deploy) ends with its 'Key verified in backend'."""
     key = "sk_env_reference_preflight_31313131"

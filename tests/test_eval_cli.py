@@ -3,6 +3,7 @@ scripted OpenAI-compatible model server: scores, judges, seed filters, traces in
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 from conftest import free_port, run_cli
 from eval_support import JUDGE_FILE, answering_policy, by_seed, sessions, write_config
 from taskapp_support import ENV_KEY, scripted_model, stop, subprocess_env, synth_ai_command, wait_for_health
+
+TINY = "synth-ai/tiny-qwen3"  # a model a Synth backend has (these tests never reach one)
 
 
 @pytest.fixture
@@ -170,29 +173,34 @@ def test_eval_at_url_against_synth_ai_serve(cli, isolated_home: Path, env_key: s
     assert len(sessions(isolated_home / "traces" / "v3" / "synth_ai.db")) == 5
 
 
-def test_wrong_key_or_dead_url_stops_before_any_rollout(cli, isolated_home: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def _serve_math_app(folder: Path) -> tuple[subprocess.Popen, str]:
+    """`synth-ai serve math-single-step` as a real process on a free port, with the tests' key."""
     port = free_port()
     process = subprocess.Popen([*synth_ai_command(), "serve", "math-single-step", "--host", "127.0.0.1",
                                 "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, text=True, env=subprocess_env(ENVIRONMENT_API_KEY=ENV_KEY),
-                               cwd=tmp_path)
-    url = f"http://127.0.0.1:{port}"
+                               cwd=folder)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def test_wrong_key_or_dead_url_stops_before_any_rollout(cli, isolated_home: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    process, url = _serve_math_app(tmp_path)
     try:
         wait_for_health(url, process=process)
         monkeypatch.setenv("ENVIRONMENT_API_KEY", "wrong-key-0123456789")
-        result = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0,1",
+        result = cli("--json", "eval", "math-single-step", "--url", url, "--model", TINY, "--seeds", "0,1",
                      "--backend", "http://127.0.0.1:9")
         monkeypatch.delenv("ENVIRONMENT_API_KEY")
-        unset = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0")
+        unset = cli("--json", "eval", "math-single-step", "--url", url, "--model", TINY, "--seeds", "0")
     finally:
         stop(process)
     assert result.exit_code == 4, result.stdout + result.stderr
     assert "refused ENVIRONMENT_API_KEY" in result.json()["error"]["message"]
     assert "wrong-key-0123456789" not in result.stdout
     assert unset.exit_code == 4 and "ENVIRONMENT_API_KEY" in unset.json()["error"]["message"]
-    dead = cli("--json", "eval", "math-single-step", "--url", url, "--model", "m", "--seeds", "0",
+    dead = cli("--json", "eval", "math-single-step", "--url", url, "--model", TINY, "--seeds", "0",
                "--env-file", str(_env_file(isolated_home)))  # the server is stopped now
     assert dead.exit_code == 5 and "Cannot reach the task app" in dead.json()["error"]["message"]
     assert not (isolated_home / "traces").exists()
@@ -212,7 +220,7 @@ def _env_file(folder: Path) -> Path:
     (["no-such-app"], 8, "Task app 'no-such-app' not found"),
 ])
 def test_bad_input_is_reported_with_its_exit_code(cli, args, code, text) -> None:
-    result = cli("--json", "eval", "--model", "m", *(args if args[0].startswith("-") and "--url" not in args
+    result = cli("--json", "eval", "--model", TINY, *(args if args[0].startswith("-") and "--url" not in args
                                                      else args), *([] if any(a in args for a in ("--url",))
                                                                    or not args[0].startswith("-") else
                                                                    ["math-single-step"]))
@@ -313,6 +321,46 @@ def test_a_trace_db_that_cannot_be_opened_is_an_input_error(cli, isolated_home: 
     assert model.requests == []  # nothing ran
 
 
+def test_a_misspelt_model_stops_before_any_rollout_with_trains_message(cli, isolated_home: Path,
+                                                                        tmp_path: Path) -> None:
+    """`--model synth-ai/tiny-qwen4` ran every seed into a cut-off 502 (exit 11); now it stops at once, with the
+    message and closest ids `train` gives (exit 3), whether the model comes from the flag or the config."""
+    process, url = _serve_math_app(tmp_path)
+    config = isolated_home / "eval.toml"
+    config.write_text('[eval]\napp_id = "math-single-step"\nmodel = "synth-ai/tiny-qwen4"\nseeds = [0, 1]\n')
+    try:
+        wait_for_health(url, process=process)
+        flag = cli("--json", "eval", "math-single-step", "--url", url, "--model", "synth-ai/tiny-qwen4",
+                   "--seeds", "0-3", "--env-file", str(_env_file(isolated_home)))
+        from_config = cli("eval", "--config", str(config), "--url", url, "--env-file", str(_env_file(isolated_home)))
+    finally:
+        stop(process)
+    trained = run_cli("--json", "train", "--type", "rl", "--dry-run", "--config",
+                      str(Path(__file__).parents[1] / "examples" / "configs" / "rl_tiny_local.toml"),
+                      "--model", "synth-ai/tiny-qwen4")
+    assert flag.exit_code == 3, flag.stdout + flag.stderr
+    error = flag.json()["error"]
+    assert error["message"] == "Model 'synth-ai/tiny-qwen4' is not supported."
+    assert error["hint"].startswith("Did you mean: synth-ai/tiny-qwen3")
+    assert trained.exit_code == 3
+    (issue,) = trained.json()["error"]["details"]["issues"]
+    assert issue["message"] == error["message"] and issue["fix"] == error["hint"]  # train's words, once
+    assert from_config.exit_code == 3
+    assert "eval.toml:3: [eval].model: Model 'synth-ai/tiny-qwen4' is not supported." in from_config.stderr
+    assert "Did you mean: synth-ai/tiny-qwen3" in from_config.stderr
+    # nothing ran: no trace store was opened, and no embedded backend was started to serve the model
+    data_dir = Path(os.environ["SYNTH_AI_HOME"])
+    assert not (isolated_home / "traces").exists() and not (data_dir / "backend").exists()
+
+
+def test_a_model_at_the_configs_own_endpoint_may_be_any_id(cli, isolated_home: Path) -> None:
+    with scripted_model(answering_policy()) as (model_url, model):
+        config = write_config(isolated_home / "eval.toml", model_url, seeds=[0])
+        result = cli("--json", "eval", "--config", str(config), "--model", "gpt-4o-mini-typo", "--trace-db", "none")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert [r["body"]["model"] for r in model.requests] == ["gpt-4o-mini-typo"]
+
+
 def test_app_id_option_is_the_docs_spelling_of_the_argument():
     """The product docs write `synth-ai eval --app-id ID`; it names the same app as the APP_ID argument, and two
     different apps are a usage error."""
@@ -320,3 +368,18 @@ def test_app_id_option_is_the_docs_spelling_of_the_argument():
     assert clash.exit_code == 2 and "--app-id" in clash.stderr
     unknown = run_cli("eval", "--app-id", "no-such-app", "--model", "synth-ai/tiny-qwen3")
     assert unknown.exit_code == 8 and "no-such-app" in unknown.stderr
+
+
+@pytest.mark.parametrize("model", ["ft:head64-qwen3:job-x", "rl:my-local-base:rljob-y", "imported:my-adapter"])
+def test_a_trained_models_id_is_the_backends_to_check_not_the_registrys(isolated_home: Path, model: str) -> None:
+    """A fine-tuned or imported id may continue a model no registry lists (one the embedded backend built or
+    imported): eval leaves it to the backend, as train does, while a base id's typo still stops at the config."""
+    from synth_ai.config.loader import load_config
+    from synth_ai.errors import ConfigError
+
+    config = isolated_home / "eval.toml"
+    config.write_text(f'[eval]\napp_id = "math-single-step"\nmodel = "{model}"\nseeds = [0]\n')
+    assert load_config(config, "eval").resolved["model"] == model
+    config.write_text('[eval]\napp_id = "math-single-step"\nmodel = "synth-ai/tiny-qwen4"\nseeds = [0]\n')
+    with pytest.raises(ConfigError):
+        load_config(config, "eval")

@@ -11,15 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import free_port, run_cli
 from eval_support import answering_policy, by_seed, write_config
-from taskapp_support import ENV_KEY, REPO_ROOT, scripted_model, stop, subprocess_env, synth_ai_command, wait_for_health
+from reference_support import REF_CLI
+from taskapp_support import ENV_KEY, scripted_model, stop, subprocess_env, synth_ai_command, wait_for_health
 
-REF_CLI = REPO_ROOT / "bench" / ".cache" / "ref-venv" / "bin" / "synth-ai"
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not REF_CLI.exists(), reason="reference venv not built (bench/reference_env.py)")]
+pytestmark = [pytest.mark.slow, pytest.mark.reference_venv]
 
 REFERENCE_METADATA = {"eval_seed", "prompt_index", "task_id", "task_split", "task_rubric_id", "official_score",
                       "judge_scores", "model", "prompt", "completion"}

@@ -68,7 +68,7 @@ def test_errors_and_timeouts_are_reported_not_scored(cli, isolated_home: Path, m
     (apps / "flaky_task_app.py").write_text(FLAKY_APP)
     monkeypatch.setenv("SYNTH_TASK_APP_SEARCH_PATH", str(apps))
     db = isolated_home / "t.db"
-    args = ["eval", "flaky-app", "--model", "m", "--seeds", "0-5", "--concurrency", "6", "--rollout-timeout", "1",
+    args = ["eval", "flaky-app", "--model", "synth-ai/tiny-qwen3", "--seeds", "0-5", "--concurrency", "6", "--rollout-timeout", "1",
             "--trace-db", str(db), "--backend", "http://127.0.0.1:9"]
     result = cli("--json", *args)
     assert result.exit_code == 11, result.stdout + result.stderr
@@ -101,7 +101,7 @@ def test_answers_are_errors_at_once_never_waited_for(cli, isolated_home: Path, m
     (apps / "flaky_task_app.py").write_text(FLAKY_APP)
     monkeypatch.setenv("SYNTH_TASK_APP_SEARCH_PATH", str(apps))
     config = isolated_home / "eval.toml"
-    config.write_text('[eval]\napp_id = "flaky-app"\nmodel = "m"\nseeds = "10-13"\nconcurrency = 4\n'
+    config.write_text('[eval]\napp_id = "flaky-app"\nmodel = "synth-ai/tiny-qwen3"\nseeds = "10-13"\nconcurrency = 4\n'
                       'task_app_wait_s = 120\n')
     result = cli("--json", "eval", "--config", str(config), "--trace-db", "none", "--backend", "http://127.0.0.1:9")
     assert result.exit_code == 11, result.stdout + result.stderr
@@ -211,7 +211,7 @@ def test_a_seed_interrupted_while_its_session_is_written_counts_as_stored(isolat
 
     finished = []
     db = isolated_home / "mid-write.db"
-    options = EvalOptions(app_id="flaky-app", model="m", seeds="0", trace_db=str(db),
+    options = EvalOptions(app_id="flaky-app", model="synth-ai/tiny-qwen3", seeds="0", trace_db=str(db),
                           backend="http://127.0.0.1:9", concurrency=1)
     threading.Thread(target=interrupt_mid_write, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):

@@ -47,6 +47,13 @@ def test_rollout_body_merges_policy_keys_and_keeps_the_model_flag() -> None:
     assert policy_config({"inference_url": "http://x/v1"})["inference_url"] == "http://x/v1"
 
 
+def test_an_unset_trace_option_sends_its_default_not_null() -> None:
+    """0.2.17's apps refuse `"return_trace": null` with 422; an option left empty sends the default."""
+    body = rollout_body(seed=1, model="m", split="train", cfg={"return_trace": None, "trace_format": None},
+                        target=InferenceTarget("http://h/v1/chat/completions", "config"))
+    assert body["record"] == {"return_trace": True, "trace_format": "structured"}
+
+
 def test_reference_shaped_session_trace_is_read_back() -> None:
     doc = {
         "session_id": "s-1", "created_at": "2026-01-01T00:00:00+00:00", "metadata": {"env": "x"},

@@ -135,4 +135,5 @@ def test_rl_example_says_how_to_serve_its_task_app(path: Path):
 
 def test_every_rl_example_is_checked_for_its_serve_line():
     assert {"rl_vision_qwen3_vl_4b.toml", "rl_thinking_qwen3_4b.toml", "crafter_rl_vision_qwen3vl4b.toml",
-            "crafter_rl_vision_qwen3vl4b_thinking.toml", "rl_tiny_local.toml", "rl_tiny_verifiers.toml"} <= {p.name for p in RL_EXAMPLES}
+            "crafter_rl_vision_qwen3vl4b_thinking.toml", "rl_tiny_local.toml", "rl_tiny_verifiers.toml",
+            "rl_tiny_fsdp.toml"} <= {p.name for p in RL_EXAMPLES}

@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
+from reference_support import REF_PYTHON
 
 from synth_ai.config.common import ResolveContext
 from synth_ai.config.loader import load_config
 
-REF_PYTHON = REPO_ROOT / "bench" / ".cache" / "ref-venv" / "bin" / "python"
 VALIDATOR = REPO_ROOT / "tests" / "data" / "reference" / "validate_configs.py"
 EXAMPLES = sorted((REPO_ROOT / "examples").rglob("*.toml"))
 # the local models and the smallest real SKU of the same family
 TINY_TO_SKU = {"synth-ai/tiny-qwen3": "Qwen/Qwen3-0.6B", "synth-ai/tiny-qwen3-vl": "Qwen/Qwen3-VL-2B-Instruct",
                "synth-ai/tiny-qwen3-hd64": "Qwen/Qwen3-0.6B"}
 
-pytestmark = pytest.mark.skipif(not REF_PYTHON.exists(), reason="reference venv not built (bench/reference_env.py)")
+pytestmark = pytest.mark.reference_venv
 
 
 def _with_real_sku(text: str) -> str:

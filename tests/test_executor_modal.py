@@ -95,6 +95,7 @@ def test_submit_stream_reattach_after_a_backend_crash_and_cancel(tmp_path, tiny_
         raise AssertionError(log) from None
     submitted = [e for e in events(api, done_job) if e["type"] == "sft.remote.submitted"]
     assert len(submitted) == 1 and submitted[0]["data"]["gpu"] == "H100:1"
+    assert submitted[0]["data"]["ranks"] == 1  # one GPU, one rank
     call_ids.update({j: json.loads((data / "backend" / "jobs" / j / "remote.json").read_text())["call_id"] for j in ids})
     first.kill(signal.SIGKILL)  # the backend dies while both remote jobs run; they keep running
 

@@ -17,6 +17,7 @@ import pytest
 from backend_support import TINY_TEXT, BackendProcess, chat_jsonl, link_tiny, sft_body, upload, wait_for
 from rl_support import quiz_app, rl_body
 from taskapp_support import running_app
+from synth_ai.ports import any_free_port
 
 APP_KEY = "sk_env_modal_rl_0123456789abcdef"
 NO_KEYS = {"ENVIRONMENT_API_KEY": "", "DEV_ENVIRONMENT_API_KEY": "", "dev_environment_api_key": "",
@@ -145,7 +146,8 @@ def test_an_rl_job_nothing_here_can_run_is_refused_at_create(tmp_path, tiny_text
                                         "MODAL_CONFIG_PATH": str(tmp_path / "no-modal.toml")}).start()
     try:
         with backend.client() as api:
-            body = rl_body("http://127.0.0.1:8102")
+            # LoRA: a full 14B would not fit the example's one training H100 either (refused for that first)
+            body = rl_body("http://127.0.0.1:8102", tables={"model": {"trainer_mode": "lora"}})
             body["data"]["base_model"] = "Qwen/Qwen3-14B"  # RL-capable, too big for CPU
             refused = api.post("/rl/jobs", json=body)
             assert refused.status_code == 400, refused.text
@@ -156,15 +158,12 @@ def test_an_rl_job_nothing_here_can_run_is_refused_at_create(tmp_path, tiny_text
         backend.stop()
 
 
-def test_the_job_function_trains_a_staged_job_through_modals_local(tmp_path, tiny_text_models, monkeypatch):
-    """What the relay puts on the volume, run by Modal's own `.local()` of the function `build_app` makes."""
-    pytest.importorskip("modal")
+def _staged_job(tmp_path, tiny_text_models, steps: int = 3) -> tuple[str, object]:
+    """An SFT job created on a backend (never started there) and staged as the relay puts it on the volume."""
+    from synth_ai.backend.executors.modal_relay import stage
+    from synth_ai.backend.server_settings import BackendSettings
     from synth_ai.backend.store import job_records as J
     from synth_ai.backend.store.db import Database
-    from synth_ai.backend.executors.modal_plan import build_app, plan_for
-    from synth_ai.backend.executors.modal_relay import stage
-    from synth_ai.backend.executors.placement import job_needs
-    from synth_ai.backend.server_settings import BackendSettings
 
     data = tmp_path / "data"
     link_tiny(data, tiny_text_models)
@@ -172,7 +171,7 @@ def test_the_job_function_trains_a_staged_job_through_modals_local(tmp_path, tin
     try:
         with backend.client() as api:
             file_id = upload(api, chat_jsonl(tmp_path / "chat.jsonl", n=4)).json()["id"]
-            created = api.post("/learning/jobs", json=sft_body(file_id, steps=3, per_device_batch=2))
+            created = api.post("/learning/jobs", json=sft_body(file_id, steps=steps, per_device_batch=1))
             assert created.status_code == 201, created.text  # created, never started here
             job_id = created.json()["id"]
     finally:
@@ -181,11 +180,37 @@ def test_the_job_function_trains_a_staged_job_through_modals_local(tmp_path, tin
     store = J.JobStore(Database(settings.db_path))
     volume_dir = tmp_path / "vol" / job_id
     stage(settings, store.db, store.get(job_id), volume_dir)
+    return job_id, volume_dir
+
+
+def _job_events(volume_dir, job_id: str) -> list[tuple[str, dict]]:
+    import sqlite3
+
+    conn = sqlite3.connect(volume_dir / "backend" / "backend.sqlite3")
+    try:
+        rows = conn.execute("SELECT type, data FROM events WHERE job_id = ? ORDER BY seq", (job_id,)).fetchall()
+    finally:
+        conn.close()
+    return [(kind, json.loads(data) if data else {}) for kind, data in rows]
+
+
+@pytest.mark.slow
+def test_the_job_function_trains_a_staged_job_on_two_ranks_through_modals_local(tmp_path, tiny_text_models,
+                                                                                 monkeypatch):
+    """What the relay puts on the volume, run by Modal's own `.local()` of the function `build_app` makes, with
+    two ranks in the container (two CPU ranks standing in for its GPUs): torchrun runs there, one rank claims."""
+    pytest.importorskip("modal")
+    from synth_ai.backend.executors.modal_plan import build_app, plan_for
+    from synth_ai.backend.executors.placement import job_needs
+
+    job_id, volume_dir = _staged_job(tmp_path, tiny_text_models)
     plan = plan_for(job_id, job_needs("sft", TINY_TEXT, {"metadata": H100}))
     _, function = build_app(plan, {"ENVIRONMENT_API_KEY": "sk-not-stored"})
     assert len(function._spec_.secrets) == 2  # the named secret and the run's own (modal's private record)
     for name in ("SYNTH_AI_HOME", "SYNTH_AI_BACKEND_EXECUTOR"):  # the job function sets them for itself
         monkeypatch.setenv(name, os.environ.get(name, ""))
+    monkeypatch.setenv("SYNTH_AI_BACKEND_TORCHRUN_NPROC", "2")
+    monkeypatch.setenv("SYNTH_AI_BACKEND_TORCHRUN_MASTER_PORT", str(any_free_port()))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         result = function.local(job_id, str(volume_dir))
@@ -195,6 +220,10 @@ def test_the_job_function_trains_a_staged_job_through_modals_local(tmp_path, tin
     assert result["status"] == "succeeded" and result["exit_code"] == 0, result
     assert result["fine_tuned_model"] == f"ft:{TINY_TEXT}:{job_id}"
     assert (volume_dir / "backend" / "jobs" / job_id / "work" / "final" / "config.json").is_file()
+    log = _job_events(volume_dir, job_id)
+    assert [kind for kind, _ in log].count("sft.job.running") == 1  # one claim
+    started = [data for kind, data in log if kind == "sft.training.started"]
+    assert len(started) == 1 and started[0]["world_size"] == 2, started
 
 
 @pytest.mark.slow
@@ -217,3 +246,42 @@ def test_a_modal_call_past_its_timeout_is_cancelled_and_the_job_fails(tmp_path, 
                  timeout=60, what="the remote call to be cancelled")
     finally:
         backend.stop()
+
+
+# A container of a clustered function, with Modal's cluster info as Modal would give node `rank` of two.
+CONTAINER = """
+import json, sys, types
+import modal.experimental
+rank = int(sys.argv[3])
+modal.experimental.get_cluster_info = lambda: types.SimpleNamespace(
+    rank=rank, container_ips=["::1", "::1"], container_ipv4_ips=["127.0.0.1", "127.0.0.1"])
+from synth_ai.backend.executors.modal_container import remote_job
+print(json.dumps(remote_job(sys.argv[1], sys.argv[2])))
+"""
+
+
+@pytest.mark.slow
+def test_two_clustered_containers_train_one_job_with_one_claim(tmp_path, tiny_text_models):
+    """nodes = 2: each container reads its place from the cluster info, both start torchrun (1 CPU rank each,
+    node 0 the rendezvous), global rank 0 alone claims and reports, and node 1 never writes the volume's data."""
+    pytest.importorskip("modal")
+    import subprocess
+    import sys
+
+    job_id, volume_dir = _staged_job(tmp_path, tiny_text_models, steps=2)
+    db_file = volume_dir / "backend" / "backend.sqlite3"
+    env = {**os.environ, "SYNTH_AI_BACKEND_TORCHRUN_NPROC": "1", "TMPDIR": str(tmp_path),
+           "SYNTH_AI_BACKEND_TORCHRUN_MASTER_PORT": str(any_free_port()), "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen([sys.executable, "-c", CONTAINER, job_id, str(volume_dir), str(rank)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=600)[0] for node in nodes]
+    results = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    assert results[0]["status"] == "succeeded" and results[0]["exit_code"] == 0, outputs[0][-3000:]
+    assert results[1]["exit_code"] == 0 and results[1]["node_rank"] == 1, outputs[1][-3000:]
+    assert results[1]["status"] == "queued"  # node 1's own copy of the database: it never saw, nor made, a claim
+    log = _job_events(volume_dir, job_id)
+    assert [kind for kind, _ in log].count("sft.job.running") == 1  # one job, two ranks, one claim
+    started = [data for kind, data in log if kind == "sft.training.started"]
+    assert len(started) == 1 and started[0]["world_size"] == 2, started
+    private = tmp_path / "synth-ai-node" / job_id / "backend" / "backend.sqlite3"
+    assert private.is_file() and not private.is_symlink() and not db_file.is_symlink()

@@ -1,7 +1,7 @@
 """The torchrun executor on CPU: the same SFT job worker over 2 gloo processes trains the tiny model to the same
 loss curve as one process (the trainer run here) with the same global batch, with every rank holding the whole
 model and with the model sharded by FSDP (whose fine-tune then answers at the inference endpoint); a job nothing
-here can run is refused at create time."""
+here can run is refused at create time; two "nodes" on this machine train one job with one claim."""
 
 from __future__ import annotations
 
@@ -143,3 +143,52 @@ def test_two_gloo_processes_match_one_process_and_big_jobs_are_refused(tmp_path,
         assert "modal token set" in error["hint"] and error["details"]["local_gpus"] == 0
     finally:
         pair.stop()
+
+
+def test_two_nodes_on_this_machine_train_one_job_with_one_claim(tmp_path, tiny_text_models):
+    """Your own cluster, as two "nodes" on 127.0.0.1 sharing one data dir: node 0 is the backend (torchrun executor,
+    `--nnodes 2 --node-rank 0`), node 1 is `backend serve --node-rank 1`, which serves nothing and joins the job's
+    launch; torchrun's rendezvous puts one CPU rank on each, and global rank 0 alone claims and reports."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from synth_ai.ports import any_free_port
+
+    port = str(any_free_port())
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env = {**os.environ, "SYNTH_AI_HOME": str(shared), "SYNTH_AI_BACKEND_TORCHRUN_NPROC": "1",
+           "SYNTH_AI_BACKEND_GPUS": "0", "OMP_NUM_THREADS": "1"}
+    # node 1 first, as SLURM may start it: node 0 has not made the database yet
+    node1 = subprocess.Popen([sys.executable, "-m", "synth_ai", "backend", "serve", "--executor", "torchrun",
+                              "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", port],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    node0 = None
+    try:
+        assert "node 1 of 2" in node1.stdout.readline()  # it reads the data dir from now on
+        node0 = _backend(tmp_path, tiny_text_models, "shared", SYNTH_AI_BACKEND_EXECUTOR="torchrun",
+                         SYNTH_AI_BACKEND_TORCHRUN_NPROC="1", SYNTH_AI_BACKEND_TORCHRUN_NNODES="2",
+                         SYNTH_AI_BACKEND_TORCHRUN_NODE_RANK="0", SYNTH_AI_BACKEND_TORCHRUN_MASTER_ADDR="127.0.0.1",
+                         SYNTH_AI_BACKEND_TORCHRUN_MASTER_PORT=port)
+        api, job_id = _submit(node0, chat_jsonl(tmp_path / "chat.jsonl", n=8), gradient_accumulation_steps=1)
+        row = _finished(api, job_id, node0)
+        assert row["fine_tuned_model"] == f"ft:{TINY_TEXT}:{job_id}"
+        assert node1.poll() is None  # still serving, for the next job
+        log = events(api, job_id)
+        assert [e["type"] for e in log].count("sft.job.running") == 1  # one job, two ranks, one claim
+        started = [e for e in log if e["type"] == "sft.training.started"]
+        assert len(started) == 1 and started[0]["data"]["world_size"] == 2, started
+        assert sorted(_loss(api, job_id)) == list(range(STEPS))
+        job_dir = node0.data_dir / "backend" / "jobs" / job_id
+        assert (job_dir / "worker-node1.log").is_file()  # node 1 started the job's ranks there
+        launch = json.loads((job_dir / "nodes.json").read_text())
+        assert launch == {"attempt": 1, "nodes": 2, "master_addr": "127.0.0.1", "master_port": int(port)}
+    finally:
+        node1.send_signal(signal.SIGTERM)
+        output = node1.communicate(timeout=60)[0]
+        if node0 is not None:
+            node0.stop()
+    assert node1.returncode == 0, output

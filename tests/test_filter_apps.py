@@ -13,10 +13,11 @@ from filter_support import filter_config, read_jsonl
 from taskapp_support import ENV_KEY, completion, headers, math_entry, rollout_body, running_app, scripted_model, \
     tool_call
 
-from backend_support import TINY_TEXT, TINY_VL, BackendProcess, build_tiny_models, link_tiny
+from backend_support import TINY_TEXT, TINY_VL, serve_backend
 from conftest import REPO_ROOT, run_cli
+from synth_ai.bundled_apps import APPS_DIR
 
-CRAFTER_DIR = REPO_ROOT / "examples" / "task_apps" / "crafter"
+CRAFTER_DIR = APPS_DIR / "crafter"
 
 
 def _math_module():
@@ -51,12 +52,8 @@ def _math_traces(db: Path, seeds: range, monkeypatch: pytest.MonkeyPatch) -> dic
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = tmp_path_factory.mktemp("backend") / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT, TINY_VL)))
-    process = BackendProcess(data_dir, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "backend", tiny=(TINY_TEXT, TINY_VL),
+                             env={"ENVIRONMENT_API_KEY": ENV_KEY})
 
 
 def test_math_traces_filtered_to_correct_answers_train_an_sft_job(tmp_path, monkeypatch, backend):

@@ -13,19 +13,24 @@ import httpx
 import pytest
 from conftest import REPO_ROOT, free_port
 from filter_support import add_session, filter_config, read_jsonl
-from taskapp_support import ENV_KEY, completion, headers, scripted_model, stop, subprocess_env, tool_call, \
-    wait_for_health
+from reference_support import REF_CLI, REF_PYTHON, REF_VENV
+from taskapp_support import (
+    ENV_KEY,
+    completion,
+    headers,
+    scripted_model,
+    stop,
+    subprocess_env,
+    tool_call,
+    wait_for_health,
+)
 
 from synth_ai.tracing import TraceStore
 
-REF_VENV = REPO_ROOT / "bench" / ".cache" / "ref-venv"
-REF_CLI = REF_VENV / "bin" / "synth-ai"
-REF_PYTHON = REF_VENV / "bin" / "python"
 WRITER = REPO_ROOT / "tests" / "data" / "filter" / "reference_tracer_writer.py"
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not REF_CLI.exists(), reason="reference venv not built (bench/reference_env.py)")]
+pytestmark = [pytest.mark.slow, pytest.mark.reference_venv]
 
 
 def _reference_filter(config: Path, cwd: Path) -> subprocess.CompletedProcess:

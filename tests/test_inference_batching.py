@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
+from backend_support import TINY_TEXT, BackendProcess, serve_backend
 
 torch = pytest.importorskip("torch")
 
@@ -16,19 +16,18 @@ PROMPTS = ["What is 3 plus 4?", "Tell me a short story about a fox.", "Count: on
            "What color is the sky?", "Name a city in France.", "What is 10 minus 2?"]
 
 
-def _backend(tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]) -> BackendProcess:
-    data_dir = tmp_path_factory.mktemp(name) / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
-    return BackendProcess(data_dir, env=env).start()
-
-
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
     # a long window: requests sent together surely meet in one batch
-    process = _backend(tmp_path_factory, "batching", {"SYNTH_INFERENCE_BATCH_WINDOW_MS": "300"})
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "batching", tiny=(TINY_TEXT,),
+                             env={"SYNTH_INFERENCE_BATCH_WINDOW_MS": "300"})
+
+
+@pytest.fixture
+def busy_backend(tmp_path_factory: pytest.TempPathFactory):
+    """A queue of one and a long batch window: the second request waiting is one too many."""
+    yield from serve_backend(tmp_path_factory, "busy", tiny=(TINY_TEXT,),
+                             env={"SYNTH_INFERENCE_MAX_QUEUE": "1", "SYNTH_INFERENCE_BATCH_WINDOW_MS": "1000"})
 
 
 def _post(backend: BackendProcess, body: dict[str, Any]) -> httpx.Response:
@@ -126,19 +125,14 @@ def test_a_batched_row_samples_and_scores_like_the_same_request_alone(tmp_path_f
         assert all(lp <= 0 for lp in one.logprobs)
 
 
-def test_a_full_queue_answers_429_with_retry_after(tmp_path_factory) -> None:
-    process = _backend(tmp_path_factory, "busy", {"SYNTH_INFERENCE_MAX_QUEUE": "1",
-                                                   "SYNTH_INFERENCE_BATCH_WINDOW_MS": "1000"})
-    try:
-        _post(process, _body(PROMPTS[0], max_tokens=2)).raise_for_status()  # the model is loaded
-        answers = _together(lambda b: _post(process, b), [_body(p, max_tokens=8) for p in PROMPTS])
-        codes = sorted(r.status_code for r in answers)
-        assert codes[0] == 200 and codes[-1] == 429, codes
-        busy = next(r for r in answers if r.status_code == 429)
-        assert int(busy.headers["retry-after"]) >= 1
-        assert busy.json()["error"]["code"] == "rate_limited" and "queue is full" in busy.json()["error"]["message"]
-    finally:
-        process.stop()
+def test_a_full_queue_answers_429_with_retry_after(busy_backend: BackendProcess) -> None:
+    _post(busy_backend, _body(PROMPTS[0], max_tokens=2)).raise_for_status()  # the model is loaded
+    answers = _together(lambda b: _post(busy_backend, b), [_body(p, max_tokens=8) for p in PROMPTS])
+    codes = sorted(r.status_code for r in answers)
+    assert codes[0] == 200 and codes[-1] == 429, codes
+    busy = next(r for r in answers if r.status_code == 429)
+    assert int(busy.headers["retry-after"]) >= 1
+    assert busy.json()["error"]["code"] == "rate_limited" and "queue is full" in busy.json()["error"]["message"]
 
 
 def test_task_apps_retry_a_busy_model_server_after_its_retry_after() -> None:

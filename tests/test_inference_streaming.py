@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
+from backend_support import TINY_TEXT, BackendProcess
 
 openai = pytest.importorskip("openai", reason="the openai client is in the dev extra")
 
@@ -16,14 +16,10 @@ TOOL = {"type": "function", "function": {"name": "math_submit", "description": "
                                                         "required": ["answer"]}}}
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = tmp_path_factory.mktemp("backend") / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
-    process = BackendProcess(data_dir).start()
-    yield process
-    process.stop()
+@pytest.fixture
+def backend(shared_backend: BackendProcess) -> BackendProcess:
+    """The worker's shared backend: these tests only call its inference endpoint."""
+    return shared_backend
 
 
 def _client(backend: BackendProcess):

@@ -165,3 +165,15 @@ def test_an_id_of_another_shape_tries_learning_then_rl(backend: BackendProcess, 
     assert _cli(backend, "get", other)[1]["job_type"] == "rl" and routes.seen == [f"GET /api/learning/jobs/{other}"]
     code, doc = _cli(backend, "get", "hosted_missing")
     assert code == 8 and "not found" in doc["error"]["message"]
+
+
+def test_the_backend_makes_ids_with_the_prefixes_the_client_reads() -> None:
+    """One table of prefixes (`synth_ai/models/job_ids.py`): the kinds registry takes its `id_prefix` from it, and the
+    client tells an id's kind by it without importing the backend."""
+    from synth_ai.backend.jobs.kinds import KINDS
+    from synth_ai.models.job_ids import ID_PREFIXES, kind_of_job_id
+
+    assert {name: kind.id_prefix for name, kind in KINDS.items()} == ID_PREFIXES
+    for name, kind in KINDS.items():
+        assert kind_of_job_id(f"{kind.id_prefix}_0123abcd") == name
+    assert kind_of_job_id("ftjob-0123abcd") is None and kind_of_job_id("jobless") is None

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, chat_jsonl, job_status, serve_backend, sft_body, upload, wait_for
+from backend_support import TINY_TEXT, chat_jsonl, job_status, sft_body, upload, wait_for
 from conftest import free_port, run_cli
 
 pytestmark = pytest.mark.slow
@@ -24,15 +24,17 @@ PROMPT = [{"role": "user", "content": "What is 3 plus 3?"}]
 MAX_TOKENS = 12
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    yield from serve_backend(tmp_path_factory, "export", tiny=(TINY_TEXT,))
+@pytest.fixture
+def backend(shared_backend):
+    """The worker's shared backend: these tests export, import, register and train models under ids of their own,
+    and look in its model list only for those ids."""
+    return shared_backend
 
 
 @pytest.fixture(scope="module")
-def lora_model(backend, tmp_path_factory) -> str:
+def lora_model(shared_backend, tmp_path_factory) -> str:
     """A LoRA fine-tune of the tiny Qwen3, trained by the backend (a few steps)."""
-    with backend.client() as api:
+    with shared_backend.client() as api:
         file_id = upload(api, chat_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", n=8)).json()["id"]
         done = train(api, sft_body(file_id, steps=4, train_kind="lora", learning_rate=5e-3))
     return done["fine_tuned_model"]
@@ -377,3 +379,44 @@ def test_a_qwen3_vl_export_carries_its_processor_files(tiny_models, tmp_path):
     processor = Qwen2VLImageProcessorPil.from_pretrained(str(folder))
     assert processor.merge_size == json.loads((source / "preprocessor_config.json").read_text())["merge_size"]
     assert build_export(store, TINY_VL)["id"] == manifest["id"]  # prepared once, reused
+
+
+def _docs_snippet(**folders: Path) -> str:
+    """docs/models.md's Python block, with the folders it names replaced by `folders` (name -> path)."""
+    from conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "models.md").read_text()
+    (code,) = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+    for name, path in folders.items():
+        assert f'"./{name}"' in code, name
+        code = code.replace(f'"./{name}"', repr(str(path)))
+    return code
+
+
+def _printed(code: str) -> str:
+    import io
+    from contextlib import redirect_stdout
+
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        exec(compile(code, "docs/models.md", "exec"), {})  # noqa: S102 - the documented snippet, run as written
+    return printed.getvalue().strip()
+
+
+def test_the_docs_snippet_answers_like_the_backend_without_a_thinking_block_first(backend, lora_model, tmp_path):
+    with backend.client() as api:
+        file_id = upload(api, chat_jsonl(tmp_path / "train.jsonl", n=8)).json()["id"]
+        full_model = train(api, sft_body(file_id, steps=12, learning_rate=5e-3))["fine_tuned_model"]
+        reply = api.post("/inference/v1/chat/completions", json={
+            "model": full_model, "messages": PROMPT, "temperature": 0, "max_tokens": 32}, timeout=120)
+    assert reply.status_code == 200, reply.text
+    for model_id, out in ((full_model, tmp_path / "pirate-full"), (lora_model, tmp_path / "pirate")):
+        assert export(backend, model_id, out).exit_code == 0
+    code = _docs_snippet(**{"pirate-full": tmp_path / "pirate-full", "pirate": tmp_path / "pirate"})
+    assert f"[{{\"role\": \"user\", \"content\": \"{PROMPT[0]['content']}\"}}]" in code
+    answer = _printed(code)
+    assert not answer.startswith(("<think>", "</think>")), answer
+    assert answer == reply.json()["choices"][0]["message"]["content"].strip()
+    # Why the flag is there: the fine-tuned model writes the empty thinking block itself without it.
+    plain = code.replace(", enable_thinking=False", "")
+    assert plain != code and _printed(plain).startswith("<think>")

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, chat_jsonl, link_tiny
+from backend_support import TINY_TEXT, BackendProcess, chat_jsonl, serve_backend
 from conftest import REPO_ROOT, run_cli
 
 DOCS = Path(__file__).parent / "data" / "product_docs"
@@ -401,12 +401,7 @@ def test_task_app_commands_with_the_placeholder_id_name_the_real_ones(ident: str
 # ------------------------------------------------------------------------------------ the SFT loop, for real
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = tmp_path_factory.mktemp("docs-backend") / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
-    process = BackendProcess(data_dir).start()
-    yield process
-    process.stop()
+    yield from serve_backend(tmp_path_factory, "docs-backend", tiny=(TINY_TEXT,))
 
 
 def _curl(ident: str, backend: BackendProcess, job_id: str) -> dict[str, Any]:

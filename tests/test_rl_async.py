@@ -2,7 +2,8 @@
 `max_staleness = 0` is the synchronous loop, number for number; `max_staleness = 2` learns, near the synchronous
 curve, and reports its staleness, backlog and off-policy metrics; samples beyond the bound are dropped and
 counted; a cancelled asynchronous job resumes from its checkpoint (its backlog rebuilt); a data-parallel job
-under torchrun (2 gloo ranks, each with its own pool) trains asynchronously too."""
+under torchrun (2 gloo ranks, each with its own pool) trains asynchronously too. The dropping and resuming tests
+assert the loop's control flow only and run on `fake_rl.py`'s fakes (a scripted policy over real HTTP, no model)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from backend_support import link_tiny, wait_for
+from fake_rl import FakeRL
 from rl_support import Recorder, quiz_app, rl_body, run_in_process, torchrun_backend
 from taskapp_support import running_app
 
@@ -85,29 +87,32 @@ def test_max_staleness_two_learns_near_the_synchronous_curve(tmp_path: Path, tin
     assert (started["max_staleness"], started["importance_sampling_cap"]) == (2, 2.0)
 
 
-def test_samples_beyond_the_bound_are_dropped_and_counted(tmp_path: Path, tiny_text_models: list[Path]):
+def test_samples_beyond_the_bound_are_dropped_and_counted(tmp_path: Path):
     """Four optimiser steps per iteration (2 samples each): a batch sampled one iteration ahead is 4 steps stale."""
     recorder = Recorder()
+    # batch 0 is 8 calls; its first step publishes only once batch 1's first call is answered, so that call is
+    # sampled by version 0 (and is 4 steps stale when trained) however the threads are scheduled
+    fakes = FakeRL(first_publish_after_calls=8 + 1)
     with running_app(quiz_app()) as app:
-        run_in_process(tmp_path, tiny_text_models, app, recorder, iterations_per_epoch=3, seed=2, max_staleness=1,
-                       max_accumulated_minibatch=2)
+        run_in_process(tmp_path, None, app, recorder, iterations_per_epoch=3, seed=2, max_staleness=1,
+                       max_accumulated_minibatch=2, parts=fakes.parts())
     dropped = recorder.series("stale_samples.dropped")
     assert dropped[0] == 0 and sum(dropped[1:]) > 0, dropped
     assert max(recorder.series("staleness.max")) > 1
 
 
-def test_a_cancelled_asynchronous_job_resumes_from_its_checkpoint(tmp_path: Path, tiny_text_models: list[Path]):
+def test_a_cancelled_asynchronous_job_resumes_from_its_checkpoint(tmp_path: Path):
     steps: list[str] = []
     recorder = Recorder(on_event=steps.append)
     training = {"iterations_per_epoch": 4, "checkpoint_interval": 2, "seed": 5, "max_staleness": 2}
     with running_app(quiz_app()) as app:
         with pytest.raises(TrainingCancelled):
-            run_in_process(tmp_path, tiny_text_models, app, recorder,
-                           should_stop=lambda: steps.count("rl.train.step") >= 3, **training)
+            run_in_process(tmp_path, None, app, recorder, should_stop=lambda: steps.count("rl.train.step") >= 3,
+                           parts=FakeRL().parts(), **training)
         stopped = recorder.of("rl.train.stopped")[0]["data"]
         assert stopped["iteration"] == 3 and stopped["checkpoint"]
         again = Recorder()
-        result = run_in_process(tmp_path, tiny_text_models, app, again, **training)
+        result = run_in_process(tmp_path, None, app, again, parts=FakeRL().parts(), **training)
     assert again.of("rl.train.resumed")[0]["data"]["iteration"] == 3
     assert [s["data"]["iteration"] for s in again.of("rl.train.step")] == [3]
     assert result["iterations"] == 4 and result["fine_tuned_model"].startswith("rl:")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rl_support import Recorder, record_policy_calls
+from rl_support import Recorder, hold_first_publish_until_calls, record_policy_calls
 
 from synth_ai.backend.store.model_store import ModelStore
 
@@ -182,6 +182,9 @@ def test_an_asynchronous_vision_job_trains_each_turn_with_its_image_and_step_rew
 
     taken: list = []
     record_policy_calls(monkeypatch, taken)
+    # batch 0 is 4 calls (2 episodes x 2 turns); its first update publishes version 1 only once batch 1's 2 first
+    # turns are answered, so they are sampled by version 0 on any machine, however the threads are scheduled
+    hold_first_publish_until_calls(monkeypatch, 4 + 2)
     model = "synth-ai/tiny-qwen3-vl"
     body = spec("", model, "lora", use_vision=True, max_turns=2, max_concurrent_rollouts=4)
     config = body["data"]["config"]

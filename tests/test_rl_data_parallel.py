@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from backend_support import TINY_TEXT, link_tiny, wait_for, worker_pids
-from rl_support import Recorder, quiz_app, rl_body, run_in_process, torchrun_backend
+from rl_support import Recorder, quiz_app, rl_body, run_in_process, saved_weights, torchrun_backend
 from taskapp_support import running_app
 
 pytest.importorskip("torch")
@@ -41,16 +41,6 @@ def _series(api, job_id: str, name: str) -> list[float]:
 def finished_job(api, job_id: str) -> dict | None:
     row = api.get(f"/rl/jobs/{job_id}").json()
     return row if row["status"] in ("succeeded", "failed", "cancelled") else None
-
-
-def _weights(folder: Path) -> dict:
-    from safetensors.torch import load_file
-
-    out = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        out.update(load_file(str(path)))
-    assert out, f"no weights in {folder}"
-    return out
 
 
 def test_two_gloo_ranks_train_the_same_policy_as_one_process(tmp_path: Path, tiny_text_models: list[Path],
@@ -91,9 +81,9 @@ def test_two_gloo_ranks_train_the_same_policy_as_one_process(tmp_path: Path, tin
             assert [s["samples"] for s in steps] == [s["data"]["samples"] for s in one.of("rl.train.step")]
 
             # the same final weights, moved from the base
-            two = _weights(next(data.rglob(f"{job_id}/work/final")))
-            alone = _weights(tmp_path / "one" / "work" / "final")
-            base = _weights(tiny_text_models[0])
+            two = saved_weights(next(data.rglob(f"{job_id}/work/final")))
+            alone = saved_weights(tmp_path / "one" / "work" / "final")
+            base = saved_weights(tiny_text_models[0])
             assert two.keys() == alone.keys()
             assert max(float((two[k] - alone[k]).abs().max()) for k in two) < 1e-5
             assert max(float((alone[k] - base[k]).abs().max()) for k in alone if k in base) > 1e-4

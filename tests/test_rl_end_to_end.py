@@ -17,11 +17,11 @@ import httpx
 import pytest
 from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, wait_for
 from conftest import REPO_ROOT, free_port, run_cli
+from reference_support import REF_CLI
 from taskapp_support import running_app, stop, subprocess_env, synth_ai_command, wait_for_health
 
 pytestmark = pytest.mark.slow
 
-REF_CLI = REPO_ROOT / "bench" / ".cache" / "ref-venv" / "bin" / "synth-ai"
 TINY_CONFIG = REPO_ROOT / "examples" / "configs" / "rl_tiny_local.toml"
 APP_KEY = "sk_env_color_quiz_e2e_0123456789"
 STAND_IN = "Qwen/Qwen3-0.6B"
@@ -108,7 +108,7 @@ def test_our_client_trains_rl_to_succeeded(backend, color_app, tmp_path, monkeyp
     assert "reward.mean" in doc["last_metrics"]
 
 
-@pytest.mark.skipif(not REF_CLI.exists(), reason="needs the synth-ai 0.2.17 reference venv (bench/reference_env.py)")
+@pytest.mark.reference_venv
 def test_reference_client_trains_rl_to_succeeded(backend, color_app, tmp_path):
     work = tmp_path / "ref-work"
     work.mkdir()

@@ -1,6 +1,8 @@
 """RL under faults, with real servers: cancel while rollouts are in flight, the backend killed mid-job (resumes
 from its checkpoint), a task app that dies mid-job (the job fails with the reason once the wait for it is over), a
-task app that answers garbage (a clear event, counted errors, no crash), and one that refuses the backend's key."""
+task app that answers garbage (a clear event, counted errors, no crash), and one that refuses the backend's key.
+The two that run `run_rl` in this process assert the loop's control flow only and run on `fake_rl.py`'s fakes (a
+scripted policy over real HTTP, no model); the backend's jobs train the tiny Qwen3."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from backend_support import TINY_TEXT, BackendProcess, link_tiny, wait_for
 from conftest import free_port
+from fake_rl import FakeRL
 from rl_support import Recorder, quiz_app, rl_body, run_in_process
 from taskapp_support import running_app, stop, subprocess_env, synth_ai_command, wait_for_health
 
@@ -90,6 +93,9 @@ def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny
                 assert "because the backend process went away (it was killed or crashed)" in stopped["message"]
                 resumed = next(e for e in log if e["type"] == "rl.train.resumed")
                 assert resumed["data"]["iteration"] >= 2
+                steps = [e["data"] for e in log if e["type"] == "rl.train.step"]  # re-run iterations say which run
+                assert {s["attempt"] for s in steps} == {1, 2}, steps
+                assert len({(s["iteration"], s["attempt"]) for s in steps}) == len(steps)
                 points = api.get(f"/rl/jobs/{job_id}/metrics", params={"name": "reward.mean", "limit": 100}
                                  ).json()["points"]
                 assert {p["step"] for p in points} == set(range(6))  # no hole where the kill happened
@@ -99,7 +105,7 @@ def test_backend_killed_mid_job_resumes_from_the_checkpoint(tmp_path: Path, tiny
 
 
 def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_past_the_wait(
-        tmp_path: Path, tiny_text_models: list[Path], monkeypatch: pytest.MonkeyPatch):
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The job waits `[training].task_app_wait_s` for the app to come back (it does not here), then fails with
     the reason. (An app that does come back: tests/test_rl_taskapp_outage.py.)"""
     from synth_ai.backend.trainers.rl.rollouts import TaskAppUnavailable
@@ -116,7 +122,8 @@ def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_past_the_wait(
         wait_for_health(url, ENV_KEY, process=app)
         recorder = Recorder(on_event=lambda kind: stop(app) if kind == "rl.train.step" else None)
         with pytest.raises(TaskAppUnavailable) as info:
-            run_in_process(tmp_path, tiny_text_models, url, recorder, iterations_per_epoch=4, task_app_wait_s=1.5)
+            run_in_process(tmp_path, None, url, recorder, iterations_per_epoch=4, task_app_wait_s=1.5,
+                           parts=FakeRL().parts())
     finally:
         stop(app)
     reason = str(info.value)
@@ -130,11 +137,11 @@ def test_a_task_app_that_dies_mid_job_fails_it_with_the_reason_past_the_wait(
     assert len(recorder.of("rl.train.step")) == 1 and not recorder.of("rl.train.completed")
 
 
-def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tmp_path: Path,
-                                                                              tiny_text_models: list[Path]):
+def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tmp_path: Path):
     with running_app(quiz_app(garbage=lambda seed: seed % 2 == 1)) as app:  # every other seed's group
         recorder = Recorder()
-        result = run_in_process(tmp_path / "half", tiny_text_models, app, recorder, iterations_per_epoch=2)
+        result = run_in_process(tmp_path / "half", None, app, recorder, iterations_per_epoch=2,
+                                parts=FakeRL().parts())
     assert result["fine_tuned_model"] == "rl:synth-ai/tiny-qwen3:rljob_local"
     failures = recorder.of("rl.rollouts.failed")
     assert len(failures) == 2 and all(f["data"]["by_kind"] == {"invalid_response": 4} for f in failures)
@@ -149,7 +156,7 @@ def test_garbage_answers_are_counted_not_scored_and_all_garbage_fails_clearly(tm
     with running_app(quiz_app(garbage=lambda seed: True)) as app:
         recorder = Recorder()
         with pytest.raises(TaskAppUnavailable) as info:
-            run_in_process(tmp_path / "all", tiny_text_models, app, recorder, iterations_per_epoch=5)
+            run_in_process(tmp_path / "all", None, app, recorder, iterations_per_epoch=5, parts=FakeRL().parts())
     assert "every rollout of iteration 2 failed" in str(info.value)
     assert "invalid rollout response" in str(info.value)
     assert len(recorder.of("rl.rollouts.failed")) == 3 and not recorder.of("rl.train.step")

@@ -1,4 +1,6 @@
-"""Step rewards and the `[judge]` in a real GSPO iteration (tiny Qwen3, the color-quiz app over HTTP), the judge
+"""Step rewards and the `[judge]` in a GSPO iteration (the color-quiz app over HTTP; the loop's trainer and rollout
+engine `fake_rl.py`'s fakes, a scripted policy over real HTTP with no model: what is asserted is the rewards'
+plumbing, not what a model learns), the judge
 being a small OpenAI-compatible server written for the test (a stand-in for the provider at the transport level):
 it gets one request per rollout with the provider's key, its first answer is garbage (counted, that rollout's score
 left out, not scored 0) and the others score 0.5; the metrics `reward.step.mean`, `reward.judge.mean` and
@@ -14,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from fake_rl import FakeRL
 from rl_support import Recorder, quiz_app, run_in_process
 from taskapp_support import completion, running_app, scripted_model
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("torch")
 
 ENV_KEY = "sk_env_rl_judge_0123456789"
 JUDGE_KEY = "sk-openai-judge-test-0123456789"
@@ -38,8 +40,7 @@ def _sparse_step_mean(requests: list[dict]) -> float:
     return statistics.fmean(r + (1.0 if r > 0 else 0.0) for r in raw)
 
 
-def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text_models: list[Path],
-                                                       monkeypatch: pytest.MonkeyPatch):
+def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     monkeypatch.setenv("OPENAI_API_KEY", JUDGE_KEY)
     answers = iter(["I cannot judge this."])
@@ -49,8 +50,8 @@ def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text
 
     recorder = Recorder()
     with scripted_model(judge) as (judge_url, server), running_app(quiz_app()) as app:
-        run_in_process(tmp_path, tiny_text_models, app, recorder, tables=_judge_tables(judge_url),
-                       iterations_per_epoch=1, **STEP_REWARDS)
+        run_in_process(tmp_path, None, app, recorder, tables=_judge_tables(judge_url),
+                       iterations_per_epoch=1, parts=FakeRL().parts(), **STEP_REWARDS)
 
     assert len(server.requests) == 8  # 2 seeds x 4 rollouts, outcome judging only
     first = server.requests[0]
@@ -73,17 +74,19 @@ def test_step_rewards_and_judge_blend_in_one_iteration(tmp_path: Path, tiny_text
     assert JUDGE_KEY not in json.dumps(recorder.events) + json.dumps(recorder.metrics)
 
 
-def test_step_rewards_and_judge_blend_asynchronously(tmp_path: Path, tiny_text_models: list[Path],
-                                                    monkeypatch: pytest.MonkeyPatch):
+def test_step_rewards_and_judge_blend_asynchronously(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`max_staleness = 1`, two iterations: the second batch is sampled while the first trains, and each
     iteration's reward is still its own step rewards + the judge's scores of its own rollouts."""
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     monkeypatch.setenv("OPENAI_API_KEY", JUDGE_KEY)
     recorder = Recorder()
+    # batch 0 is 8 calls; its update publishes version 1 only once batch 1's first call is answered (sampled by
+    # version 0 however the threads are scheduled)
+    fakes = FakeRL(first_publish_after_calls=8 + 1)
     with scripted_model(lambda body: completion('{"score": 0.5, "reason": "fine"}')) as (judge_url, server), \
             running_app(quiz_app()) as app:
-        run_in_process(tmp_path, tiny_text_models, app, recorder, tables=_judge_tables(judge_url),
-                       iterations_per_epoch=2, max_staleness=1, **STEP_REWARDS)
+        run_in_process(tmp_path, None, app, recorder, tables=_judge_tables(judge_url),
+                       iterations_per_epoch=2, max_staleness=1, parts=fakes.parts(), **STEP_REWARDS)
 
     assert len(server.requests) == 16  # each iteration's 8 rollouts judged once, iteration by iteration
     step_means = recorder.series("reward.step.mean")

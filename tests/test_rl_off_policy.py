@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -133,14 +132,27 @@ def test_the_builtin_engine_swaps_versions_between_decoding_steps_without_stoppi
     from synth_ai.backend.inference.policy_server import LocalPolicyServer
 
     server = LocalPolicyServer(served_tiny, seed=3, share_weights=False, cid_prefix="job-")
+    runner = server.engine.batcher.runner
+    step, steps_done = runner.step, []
+    at_fifth_step, published = threading.Event(), threading.Event()
+
+    def step_then_wait_at_the_fifth(batch: Any) -> list:
+        # the decoding thread stops after its fifth step until the new version is out: polling `steps` from here
+        # let a busy machine finish all 200 steps before the publish (CI saw one version per row)
+        finished = step(batch)
+        steps_done.append(1)
+        if len(steps_done) == 5:
+            at_fifth_step.set()
+            published.wait(120)
+        return finished
+
+    runner.step = step_then_wait_at_the_fifth
     answers: list = []
     thread = threading.Thread(target=_ask, args=(server, "job-a", 200, answers))
     thread.start()
-    batcher = server.engine.batcher
-    deadline = time.monotonic() + 120
-    while batcher.steps < 5 and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.001)
+    assert at_fifth_step.wait(120)
     server.publish(1)  # between two steps of the running batch
+    published.set()
     thread.join(120)
     versions = [s.versions for s in server.take_calls("job-a")[0].samples]
     long_rows = [v for v in versions if len(v) > 10]

@@ -1,7 +1,8 @@
 """Rollout prefetch: the batcher's hold/release (nothing admitted while held, the held jobs start as one batch), and
-the GSPO loop that sends iteration k+1's rollouts during iteration k's update, run for real (tiny Qwen3, the
-color-quiz app over HTTP): the same samples as without it, none before an evaluation that is due, a stop or an
-error while it is in flight leaves no thread and no policy port behind, and its failed rollouts are reported."""
+the GSPO loop that sends iteration k+1's rollouts during iteration k's update (the color-quiz app over HTTP, the
+loop's trainer and rollout engine `fake_rl.py`'s fakes, whose updates last until the prefetched rollouts reached
+the app): the same samples as without it, none before an evaluation that is due, a stop or an error while it is
+in flight leaves no thread and no policy port behind, and its failed rollouts are reported."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from backend_support import TINY_TEXT
+from fake_rl import WAIT_S, FakeRL
 from rl_support import Recorder, quiz_app, run_in_process
 from taskapp_support import running_app
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("torch")
+pytest.importorskip("torch")  # the batcher's and the built-in engine's tests
 
 ENV_KEY = "sk_env_rl_prefetch_0123456789"
 PREFETCH_THREAD = "rl-rollout-prefetch"
@@ -222,12 +224,42 @@ def test_the_prefetch_gate(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not allowed(rollout_timeout_s=5.0)  # nor longer than a tenth of their rollout timeout
     assert not allowed(next_iteration=10)  # no such iteration
     assert not allowed(eval_every=3) and allowed(eval_every=3, next_iteration=4)  # the evaluation comes first
-    assert not allowed(engine=SimpleNamespace())  # an engine that cannot hold
     monkeypatch.setenv("SYNTH_AI_RL_PREFETCH", "0")
     assert not allowed()
 
 
-# --- the loop, for real ---------------------------------------------------------------------------------------
+# --- the loop, on fakes ---------------------------------------------------------------------------------------
+
+
+class Arrivals:
+    """The run ids of the `/rollout` requests the task app got (`quiz_app(arrived=...)`), to wait on."""
+
+    def __init__(self) -> None:
+        self.run_ids: list[str] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, run_id: str) -> None:
+        with self._changed:
+            self.run_ids.append(run_id)
+            self._changed.notify_all()
+
+    def wait_for(self, fragment: str) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: any(fragment in r for r in self.run_ids), timeout=WAIT_S), \
+                f"no /rollout for {fragment!r} reached the task app"
+
+
+def overlapping(arrivals: Arrivals) -> FakeRL:
+    """Fakes whose k-th update, while a prefetch holds the engine, lasts until iteration k+1's first rollout has
+    reached the task app (a real update outlasts that; the fake's would not)."""
+    fakes = FakeRL()
+
+    def during_update(k: int) -> None:
+        if fakes.engines[-1].held:
+            arrivals.wait_for(f"-it{k + 1}-")
+
+    fakes.during_update = during_update
+    return fakes
 
 
 def _overlapped(recorder: Recorder) -> dict[int, float]:
@@ -238,7 +270,7 @@ def _prefetch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == PREFETCH_THREAD and t.is_alive()]
 
 
-def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: Path, tiny_text_models: list[Path],
+def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       any_update_is_short: None) -> None:
     runs = {}
@@ -249,8 +281,10 @@ def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: 
             monkeypatch.setenv("SYNTH_AI_RL_PREFETCH", switch)
         seen: list[tuple[str, int]] = []
         recorder = Recorder()
-        with running_app(quiz_app(seen=seen)) as app:
-            run_in_process(tmp_path / name, tiny_text_models, app, recorder, iterations_per_epoch=3, seed=5)
+        arrivals = Arrivals()
+        with running_app(quiz_app(seen=seen, arrived=arrivals)) as app:
+            run_in_process(tmp_path / name, None, app, recorder, iterations_per_epoch=3, seed=5,
+                           parts=overlapping(arrivals).parts())
         runs[name] = (recorder, seen)
     off, on = runs["off"][0], runs["on"][0]
 
@@ -268,14 +302,14 @@ def test_prefetched_rollouts_give_the_same_samples_as_sequential_ones(tmp_path: 
     assert not _prefetch_threads()
 
 
-def test_no_prefetch_across_a_due_evaluation(tmp_path: Path, tiny_text_models: list[Path],
-                                             any_update_is_short: None) -> None:
+def test_no_prefetch_across_a_due_evaluation(tmp_path: Path, any_update_is_short: None) -> None:
     seen: list[tuple[str, int]] = []
     recorder = Recorder()
     evaluation = {"instances": 2, "every_n_iters": 3, "seeds": "10-11"}
-    with running_app(quiz_app(seen=seen)) as app:
-        run_in_process(tmp_path, tiny_text_models, app, recorder, iterations_per_epoch=4, seed=5,
-                       tables={"evaluation": evaluation})
+    arrivals = Arrivals()
+    with running_app(quiz_app(seen=seen, arrived=arrivals)) as app:
+        run_in_process(tmp_path, None, app, recorder, iterations_per_epoch=4, seed=5,
+                       tables={"evaluation": evaluation}, parts=overlapping(arrivals).parts())
     # evaluations at iterations 0 and 3 and after the last; iterations 1's and 2's rollouts were sent during the
     # update before them, iteration 3's only after its evaluation
     overlapped = _overlapped(recorder)
@@ -288,7 +322,7 @@ def test_no_prefetch_across_a_due_evaluation(tmp_path: Path, tiny_text_models: l
 
 
 @pytest.mark.parametrize("how", ["stop", "error"])
-def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, tiny_text_models: list[Path], how: str,
+def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, how: str,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           any_update_is_short: None) -> None:
     """Iteration 2's rollouts (seeds 4 and 5) are sent during iteration 1's update and the task app takes longer
@@ -308,10 +342,11 @@ def test_leaving_while_a_prefetch_is_in_flight_cancels_it(tmp_path: Path, tiny_t
                 raise RuntimeError("the reporter lost its database")
 
     recorder = Recorder(on_event=on_event)
-    with running_app(quiz_app(delay=lambda seed: 4.0 if seed >= 4 else 0.0)) as app:
+    arrivals = Arrivals()
+    with running_app(quiz_app(delay=lambda seed: 4.0 if seed >= 4 else 0.0, arrived=arrivals)) as app:
         with pytest.raises(TrainingCancelled if how == "stop" else RuntimeError):
-            run_in_process(tmp_path, tiny_text_models, app, recorder, should_stop=stop.is_set, iterations_per_epoch=4,
-                           seed=5)
+            run_in_process(tmp_path, None, app, recorder, should_stop=stop.is_set, iterations_per_epoch=4, seed=5,
+                           parts=overlapping(arrivals).parts())
         assert not _prefetch_threads()
         policy = urlsplit(recorder.of("rl.train.started")[0]["data"]["policy_url"])
         with pytest.raises(OSError):  # no new connection
@@ -356,7 +391,7 @@ def test_a_stopped_policy_server_answers_no_call_on_a_kept_alive_connection(load
         server.stop()
 
 
-def test_failed_prefetched_rollouts_are_reported_like_any_others(tmp_path: Path, tiny_text_models: list[Path],
+def test_failed_prefetched_rollouts_are_reported_like_any_others(tmp_path: Path,
                                                                  any_update_is_short: None) -> None:
     """Iteration 2 (prefetched) loses seed 4's group to HTTP 500s, iteration 3 loses every rollout: both are
     reported and counted as usual (retried once), and the job goes on."""
@@ -364,8 +399,10 @@ def test_failed_prefetched_rollouts_are_reported_like_any_others(tmp_path: Path,
         return "-it2-s4-" in run_id or "-it3-" in run_id
 
     recorder = Recorder()
-    with running_app(quiz_app(fail=fail)) as app:
-        result = run_in_process(tmp_path, tiny_text_models, app, recorder, iterations_per_epoch=4, seed=5)
+    arrivals = Arrivals()
+    with running_app(quiz_app(fail=fail, arrived=arrivals)) as app:
+        result = run_in_process(tmp_path, None, app, recorder, iterations_per_epoch=4, seed=5,
+                                parts=overlapping(arrivals).parts())
     assert result["fine_tuned_model"] == f"rl:{TINY_TEXT}:rljob_local"
     failures = {f["data"]["iteration"]: f["data"] for f in recorder.of("rl.rollouts.failed")}
     assert sorted(failures) == [2, 3]

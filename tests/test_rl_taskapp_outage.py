@@ -2,7 +2,8 @@
 process, stopped and started again on the same port. The job waits for it (`rl.taskapp.waiting`, `rl.taskapp.back`)
 and goes on from the same iteration, also when a resumed job finds the app down at its start; an app that answers,
 even with its own 502, is never waited for. (Past `[training].task_app_wait_s` the job fails with the reason:
-tests/test_rl_faults.py.)"""
+tests/test_rl_faults.py.) What is asserted is the loop's control flow: the trainer and the rollout engine are
+`fake_rl.py`'s fakes (a scripted policy over real HTTP, no model)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from fake_rl import FakeRL
 from rl_support import Recorder, quiz_app, run_in_process
 from taskapp_support import RestartableApp, running_app
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("torch")
 
 ENV_KEY = "sk_env_rl_outage_0123456789"
 WINDOW_S = 120  # generous: the restarted app answers long before, even on a loaded machine
@@ -35,7 +36,7 @@ def quiz(tmp_path: Path):
 
 
 def test_a_task_app_that_restarts_mid_job_is_waited_for_and_the_iteration_goes_on(
-        tmp_path: Path, tiny_text_models: list[Path], quiz: RestartableApp):
+        tmp_path: Path, quiz: RestartableApp):
     quiz.start()
 
     def on_event(kind: str) -> None:
@@ -45,8 +46,8 @@ def test_a_task_app_that_restarts_mid_job_is_waited_for_and_the_iteration_goes_o
             quiz.start(wait=False)  # back on the same port while the job waits
 
     recorder = Recorder(on_event=on_event)
-    result = run_in_process(tmp_path, tiny_text_models, quiz.url, recorder, iterations_per_epoch=3,
-                            rollout_retries=0, task_app_wait_s=WINDOW_S)
+    result = run_in_process(tmp_path, None, quiz.url, recorder, iterations_per_epoch=3,
+                            rollout_retries=0, task_app_wait_s=WINDOW_S, parts=FakeRL().parts())
 
     assert result["fine_tuned_model"] == "rl:synth-ai/tiny-qwen3:rljob_local"
     assert quiz.starts == 2
@@ -67,8 +68,7 @@ def test_a_task_app_that_restarts_mid_job_is_waited_for_and_the_iteration_goes_o
     assert recorder.series("rollouts.errors") == [0, 0, 0]
 
 
-def test_a_resumed_job_whose_task_app_is_down_waits_for_it_at_start(tmp_path: Path, tiny_text_models: list[Path],
-                                                                    quiz: RestartableApp):
+def test_a_resumed_job_whose_task_app_is_down_waits_for_it_at_start(tmp_path: Path, quiz: RestartableApp):
     """What a backend restart does to a job: its worker starts again from the checkpoint; the app is not back yet."""
     from synth_ai.backend.trainers.common import TrainingCancelled
 
@@ -76,13 +76,13 @@ def test_a_resumed_job_whose_task_app_is_down_waits_for_it_at_start(tmp_path: Pa
     saved: list[bool] = []
     first = Recorder(on_event=lambda kind: saved.append(True) if kind == "rl.checkpoint.saved" else None)
     with pytest.raises(TrainingCancelled):
-        run_in_process(tmp_path, tiny_text_models, quiz.url, first, should_stop=lambda: bool(saved),
-                       iterations_per_epoch=4, checkpoint_interval=2, task_app_wait_s=WINDOW_S)
+        run_in_process(tmp_path, None, quiz.url, first, should_stop=lambda: bool(saved), iterations_per_epoch=4,
+                       checkpoint_interval=2, task_app_wait_s=WINDOW_S, parts=FakeRL().parts())
     quiz.stop()
 
     second = Recorder(on_event=lambda kind: quiz.start(wait=False) if kind == "rl.taskapp.waiting" else None)
-    result = run_in_process(tmp_path, tiny_text_models, quiz.url, second, iterations_per_epoch=4,
-                            checkpoint_interval=2, task_app_wait_s=WINDOW_S)
+    result = run_in_process(tmp_path, None, quiz.url, second, iterations_per_epoch=4,
+                            checkpoint_interval=2, task_app_wait_s=WINDOW_S, parts=FakeRL().parts())
 
     assert result["fine_tuned_model"] == "rl:synth-ai/tiny-qwen3:rljob_local"
     waiting, back = second.of("rl.taskapp.waiting"), second.of("rl.taskapp.back")
@@ -94,7 +94,7 @@ def test_a_resumed_job_whose_task_app_is_down_waits_for_it_at_start(tmp_path: Pa
     assert not second.of("rl.rollouts.failed")
 
 
-def test_answers_are_not_waited_for_even_the_task_apps_own_502(tmp_path: Path, tiny_text_models: list[Path]):
+def test_answers_are_not_waited_for_even_the_task_apps_own_502(tmp_path: Path):
     """A 502 with the task app's own error body (its model endpoint failed) is an answer, not an outage: the
     iterations fail as answers do (skipped, the job failing after three), with no wait."""
     from synth_ai.backend.trainers.rl.rollouts import TaskAppUnavailable
@@ -106,8 +106,8 @@ def test_answers_are_not_waited_for_even_the_task_apps_own_502(tmp_path: Path, t
     with running_app(quiz_app(fail=broken_model)) as app:
         recorder = Recorder()
         with pytest.raises(TaskAppUnavailable) as info:
-            run_in_process(tmp_path, tiny_text_models, app, recorder, iterations_per_epoch=5, rollout_retries=0,
-                           task_app_wait_s=WINDOW_S)
+            run_in_process(tmp_path, None, app, recorder, iterations_per_epoch=5, rollout_retries=0,
+                           task_app_wait_s=WINDOW_S, parts=FakeRL().parts())
     assert "every rollout of iteration 2 failed" in str(info.value)
     assert "HTTP 502" in str(info.value) and "inference_failed" in str(info.value)
     assert not recorder.of("rl.taskapp.waiting") and not recorder.of("rl.taskapp.back")

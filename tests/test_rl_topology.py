@@ -114,3 +114,20 @@ def test_a_data_parallel_job_samples_with_the_builtin_engine():
     with pytest.raises(UnavailableError) as info:
         choose_engine(VllmOptions(), installed=True, requested="vllm", ranks=2)
     assert "SYNTH_AI_ROLLOUT_ENGINE=builtin" in info.value.hint
+
+
+def test_which_ranks_sample_in_a_separate_inference_process():
+    """The split topology (issue 39 item 2): GPUs of their own for the engines mean a separate inference process on
+    them; on the CPU only `separate_inference = true` asks for one; `false` keeps the engine in the trainer's
+    process everywhere."""
+    from synth_ai.backend.trainers.rl.topology import inference_devices
+
+    assert inference_devices(SPLIT, gpus=0) is None  # the tiny examples' hosted topology stays colocated here
+    assert inference_devices({**SPLIT, "separate_inference": True}, gpus=0, rank=1, world=2) == ("cpu",)
+    assert inference_devices(SPLIT, gpus=8, rank=2, world=4) == ("cuda:6",)
+    assert inference_devices({**SPLIT, "separate_inference": False}, gpus=8) is None
+    assert inference_devices({}, gpus=2) is None  # colocated
+    assert inference_devices({"separate_inference": True}, gpus=2, rank=1, world=2) == ("cuda:1",)  # its own process
+    assert inference_devices(SPLIT, gpus=2) is None  # one process, a topology this machine cannot give: colocated
+    with pytest.raises(InvalidInputError, match=r"\[topology\].separate_inference must be true or false"):
+        inference_devices({"separate_inference": "yes"}, gpus=0)

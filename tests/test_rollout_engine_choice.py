@@ -19,6 +19,7 @@ from synth_ai.backend.trainers.rl.engine_choice import (
     refuse_unrunnable_vllm,
     vllm_options,
 )
+from synth_ai.env.extras import pip_install
 from synth_ai.errors import InvalidInputError, UnavailableError
 
 
@@ -67,7 +68,7 @@ def test_engine_choice():
         with pytest.raises(UnavailableError) as caught:
             choose_engine(options, installed=False, requested=requested)
         assert "the vllm package is not installed" in caught.value.message
-        assert "./scripts/bootstrap.sh --vllm" in caught.value.hint and "synth-ai[vllm]" in caught.value.hint
+        assert "./scripts/bootstrap.sh --vllm" in caught.value.hint and pip_install("vllm") in caught.value.hint
     with pytest.raises(InvalidInputError):
         choose_engine(options, installed=True, requested="sglang")
 
@@ -95,4 +96,4 @@ def test_create_time_refusals(monkeypatch: pytest.MonkeyPatch):
 def test_importing_the_vllm_engine_without_vllm_says_how_to_install_it():
     with pytest.raises(UnavailableError) as caught:
         import synth_ai.backend.inference.vllm_engine  # noqa: F401
-    assert "synth-ai[vllm]" in caught.value.hint and "./scripts/bootstrap.sh --vllm" in caught.value.hint
+    assert pip_install("vllm") in caught.value.hint and "./scripts/bootstrap.sh --vllm" in caught.value.hint

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 from conftest import free_port
+from reference_support import REF_CLI, REF_VENV
 from taskapp_support import (
     ENV_KEY,
-    REPO_ROOT,
     completion,
     scripted_model,
     stop,
@@ -21,13 +21,10 @@ from taskapp_support import (
     wait_for_health,
 )
 
+from synth_ai.bundled_apps import APPS_DIR
 from synth_ai.taskapp.verify import verify_task_app
 
-REF_VENV = REPO_ROOT / "bench" / ".cache" / "ref-venv"
-REF_CLI = REF_VENV / "bin" / "synth-ai"
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not REF_CLI.exists(), reason="reference venv not built (bench/reference_env.py)")]
+pytestmark = [pytest.mark.slow, pytest.mark.reference_venv]
 
 
 def _ref_site_packages():
@@ -40,7 +37,7 @@ def test_reference_math_app_passes_our_verifier(tmp_path):
     shutil.copytree(_ref_site_packages() / "examples" / "task_apps" / "math", app_dir,
                     ignore=shutil.ignore_patterns("__pycache__"))
     data = tmp_path / "data"
-    shutil.copytree(REPO_ROOT / "examples" / "task_apps" / "math" / "data", data)
+    shutil.copytree(APPS_DIR / "math" / "data", data)
     port = free_port()
     env = subprocess_env(SYNTH_TASK_APP_SEARCH_PATH=str(app_dir), MATH_DATASET_LOCAL_DIR=str(data),
                          ENVIRONMENT_API_KEY=ENV_KEY, GROQ_API_KEY="dummy", HOME=str(tmp_path))

@@ -110,3 +110,61 @@ def test_serve_unknown_app_is_not_found(cli, monkeypatch):
     result = cli("serve", "nope-app", "--port", "8001")
     assert result.exit_code == 8
     assert "Task app 'nope-app' not found. Available:" in result.stderr
+
+
+BUNDLED_IDS = {"math-single-step", "color-quiz", "grpo-crafter-task-app"}
+
+
+def _app_source(app_id: str) -> str:
+    return CUSTOM_APP.replace("custom-echo", app_id)
+
+
+def _checkout_shaped_tree(root):
+    """A project laid out like this checkout: a real app of its own beside tests, benches, a venv and fixtures that
+    declare apps (as tests/ and bench/ here do)."""
+    files = {
+        "examples/task_apps/mine/task_app.py": _app_source("my-real-app"),
+        "apps/other_app.py": _app_source("other-real-app"),
+        "tests/test_fixtures.py": _app_source("toy-app"),
+        "tests/support/fixture_app.py": _app_source("fixture-app"),
+        "test/helpers.py": _app_source("helper-app"),
+        "bench/prose_task_app.py": _app_source("bench-prose"),
+        "benchmarks/gpu/gpu_task_app.py": _app_source("gpu-kit-bench"),
+        "conftest.py": _app_source("conftest-app"),
+        "apps/checks_test.py": _app_source("checks-test-app"),
+        "pyenv/lib/python3.11/site-packages/pkg/app.py": _app_source("installed-app"),
+        ".hidden/app.py": _app_source("hidden-app"),
+    }
+    for name, source in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(source)
+    (root / "pyenv" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a venv whatever its name
+    return root
+
+
+def test_a_checkout_shaped_tree_lists_only_its_real_apps(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(_checkout_shaped_tree(tmp_path / "project"))
+    listed = cli("--json", "task-app", "list")
+    assert listed.exit_code == 0, listed.stderr
+    assert {app["id"] for app in listed.json()["task_apps"]} == {"my-real-app", "other-real-app"} | BUNDLED_IDS
+    unknown = cli("serve", "nope-app", "--port", "8001")
+    assert unknown.exit_code == 8
+    available = unknown.stderr.split("Available:", 1)[1].split("\n", 1)[0]
+    assert "toy-app" not in available and "bench-prose" not in available and "my-real-app" in available
+
+
+def test_an_app_in_a_test_tree_is_found_when_its_folder_is_on_the_search_path(tmp_path, monkeypatch):
+    tree = _checkout_shaped_tree(tmp_path / "project")
+    monkeypatch.chdir(tree)
+    monkeypatch.setenv("SYNTH_TASK_APP_SEARCH_PATH", str(tree / "tests" / "support"))
+    found = {c.app_id for c in discover_task_apps()}
+    assert "fixture-app" in found and "toy-app" not in found
+
+
+def test_this_checkout_lists_the_bundled_apps_and_none_of_its_test_or_bench_fixtures(cli, monkeypatch):
+    from conftest import REPO_ROOT
+
+    monkeypatch.chdir(REPO_ROOT)
+    listed = cli("--json", "task-app", "list")
+    assert listed.exit_code == 0, listed.stderr
+    assert {app["id"] for app in listed.json()["task_apps"]} == BUNDLED_IDS

@@ -6,20 +6,16 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny
+from backend_support import TINY_TEXT, BackendProcess
 from conftest import REPO_ROOT
 
 ENV_KEY = "sk_env_embedded_inference_0123456789"
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = tmp_path_factory.mktemp("backend") / "home"
-    data_dir.mkdir()
-    link_tiny(data_dir, build_tiny_models(tmp_path_factory.getbasetemp() / "ml-core-data", (TINY_TEXT,)))
-    process = BackendProcess(data_dir).start()
-    yield process
-    process.stop()
+@pytest.fixture
+def backend(shared_backend: BackendProcess) -> BackendProcess:
+    """The worker's shared backend: these tests only call its inference endpoint."""
+    return shared_backend
 
 
 def test_math_rollout_against_embedded_inference(backend: BackendProcess, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,13 +1,15 @@
-"""`synth-ai serve` as a real process: health, env files, tracing to SQLite, port conflicts and `--force`."""
+"""`synth-ai serve` as a real process: health, env files, tracing to SQLite, port conflicts and `--force` (which\nstops synth-ai's own processes only, never another program)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
 import textwrap
 
 import httpx
+import pytest
 from conftest import free_port
 from taskapp_support import (
     ENV_KEY,
@@ -78,30 +80,47 @@ def test_serve_process_with_env_file_and_tracing(tmp_path):
             ("system",), ("user",), ("assistant",)]
 
 
-def test_port_in_use_names_pids_and_force_frees_it(cli, monkeypatch):
+def test_a_port_held_by_another_program_is_refused_and_never_stopped_even_with_force(cli, monkeypatch):
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
     port = free_port()
     dummy = _dummy_listener(port)
     try:
-        refused = cli("serve", "math-single-step", "--port", str(port))
-        assert refused.exit_code == 3
-        assert f"Port {port} appears to be in use (PIDs: {dummy.pid})" in refused.stderr
-        assert "--force" in refused.stderr
-        assert dummy.poll() is None  # nothing was stopped without --force
-
-        process = subprocess.Popen(
-            [*synth_ai_command(), "serve", "math", "--port", str(port), "--force"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-            env=subprocess_env(ENVIRONMENT_API_KEY=ENV_KEY),
-        )
-        try:
-            wait_for_health(f"http://127.0.0.1:{port}", process=process)
-            assert dummy.wait(timeout=10) is not None  # the listener was stopped, by pid
-        finally:
-            output = stop(process)
-        assert f"Stopping the processes listening on port {port}: {dummy.pid}" in output
+        for force in ((), ("--force",)):
+            refused = cli("serve", "math-single-step", "--port", str(port), *force)
+            assert refused.exit_code == 3, refused.stderr
+            assert f"Port {port} appears to be in use (PIDs: {dummy.pid}) by a program that is not synth-ai" \
+                in refused.stderr
+            assert "Pass --force" not in refused.stderr and "never stops other programs" in refused.stderr
+            suggested = int(re.search(r"e\.g\. --port (\d+)", refused.stderr).group(1))
+            assert suggested != port
+            assert dummy.poll() is None  # the other program keeps running
     finally:
         stop(dummy)
+
+
+def test_force_stops_a_synth_ai_task_app_left_on_the_port(cli):
+    port = free_port()
+    env = subprocess_env(ENVIRONMENT_API_KEY=ENV_KEY)
+    first = subprocess.Popen([*synth_ai_command(), "serve", "math", "--port", str(port)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
+    try:
+        wait_for_health(f"http://127.0.0.1:{port}", process=first)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
+            refused = cli("serve", "math-single-step", "--port", str(port))
+        assert refused.exit_code == 3
+        assert f"(PIDs: {first.pid}) by another synth-ai process" in refused.stderr and "--force" in refused.stderr
+        second = subprocess.Popen([*synth_ai_command(), "serve", "math", "--port", str(port), "--force"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  text=True, env=env)
+        try:
+            wait_for_health(f"http://127.0.0.1:{port}", process=second)
+            assert first.wait(timeout=10) is not None  # stopped, by pid
+        finally:
+            output = stop(second)
+        assert f"Stopping the synth-ai processes listening on port {port}: {first.pid}" in output
+    finally:
+        stop(first)
 
 
 def test_missing_environment_api_key_fails_without_prompting(cli):

@@ -14,8 +14,9 @@ from synth_ai.taskapp import create_task_app
 from synth_ai.taskapp.verify import check_health, check_task_info, verify_task_app
 
 
-def _contract_like_app(*, fault: str | None = None) -> FastAPI:
-    """A hand-written app speaking the contract (as one built with another SDK would), with one fault."""
+def _contract_like_app(*, fault: str | None = None, seconds_per_instance: float = 0.0) -> FastAPI:
+    """A hand-written app speaking the contract (as one built with another SDK would), with one fault; it may take
+    `seconds_per_instance` to build each task instance, as 0.2.17's crafter builds a world per seed."""
     app = FastAPI()
     instance = {"task": {"id": "raw", "name": "Raw"}, "environment": "raw"}
 
@@ -39,6 +40,7 @@ def _contract_like_app(*, fault: str | None = None) -> FastAPI:
             wanted = (seeds or []) + (seed or [])
             if not wanted:
                 return {"taskset": {"id": "raw"}}
+            await asyncio.sleep(seconds_per_instance * len(wanted))
             bad = {"task": {"id": "raw", "name": "Raw"}}  # no "environment"
             return [bad if fault == "schema" else instance for _ in wanted]
 
@@ -108,6 +110,27 @@ def test_slow_app_is_timeout():
     with running_app(_contract_like_app(fault="slow")) as base:
         report = check_health(base, ENV_KEY, timeout=0.2)
     assert report.kind == "timeout" and report.exit_code == 7
+
+
+def test_task_instances_get_the_timeout_per_seed(cli):
+    """6 instances at 0.5 s each answer after about 3 s: past a fixed 1.5 s per request, within 1.5 s per seed."""
+    with running_app(_contract_like_app(seconds_per_instance=0.5)) as base:
+        result = cli("task-app", "validate", "--url", base, "--api-key", ENV_KEY, "--timeout", "1.5",
+                     "--min-instances", "6", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    instances = next(c for c in result.json()["checks"] if c["name"] == "task_instances")
+    assert instances["ok"] and "6 task instance(s)" in instances["message"]
+
+
+def test_a_task_instances_timeout_says_what_it_waited_for(cli):
+    with running_app(_contract_like_app(seconds_per_instance=0.5)) as base:
+        result = cli("task-app", "validate", "--url", base, "--api-key", ENV_KEY, "--timeout", "0.1",
+                     "--min-instances", "6", "--json")
+    assert result.exit_code == 7, result.stdout + result.stderr
+    failing = next(c for c in result.json()["checks"] if not c["ok"])
+    assert failing["name"] == "task_instances" and failing["kind"] == "timeout"
+    assert failing["message"] == (f"GET {base}/task_info did not answer within 0.6s, the time allowed for the 6 "
+                                  "task instance(s) it was asked for (seeds 0-5, 0.1s each)")
 
 
 def test_validate_in_process_with_real_rollout(cli, monkeypatch):

@@ -13,7 +13,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend_support import TINY_TEXT, BackendProcess, build_tiny_models, link_tiny, serve_backend, wait_for
+from backend_support import (
+    TINY_TEXT,
+    BackendProcess,
+    build_tiny_models,
+    cancel_unfinished_sft,
+    link_tiny,
+    serve_backend,
+    wait_for,
+)
 from conftest import REPO_ROOT, free_port, run_cli
 
 CONFIG = REPO_ROOT / "examples" / "configs" / "sft_tiny_local.toml"
@@ -25,6 +33,13 @@ RL_CONFIG = REPO_ROOT / "examples" / "configs" / "rl_text_qwen3_4b.toml"
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
     yield from serve_backend(tmp_path_factory, "backend", tiny=(TINY_TEXT,), env={"ENVIRONMENT_API_KEY": ENV_KEY})
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left_training(request: pytest.FixtureRequest):
+    yield
+    if "backend" in request.fixturenames:
+        cancel_unfinished_sft(request.getfixturevalue("backend"))
 
 
 @pytest.fixture
@@ -264,8 +279,9 @@ def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_rl_path_verifies_checks_and_reaches_the_backend(backend: BackendProcess, key_env: str, env_key: str,
-                                                          math_app: str, tmp_path: Path) -> None:
-    # the docs' 4B config with a model this CPU backend accepts (a 4B job is refused at create: nothing here runs it)
+                                                          math_app: str, tmp_path: Path, require_vllm: None) -> None:
+    # the docs' 4B config with a model this CPU backend accepts (a 4B job is refused at create: nothing here runs it);
+    # its [vllm] table is refused where vllm is not installed, so the test needs vllm (require_vllm)
     config = tmp_path / "rl_small.toml"
     config.write_text(RL_CONFIG.read_text().replace('base = "Qwen/Qwen3-4B"', 'base = "Qwen/Qwen3-0.6B"'))
     result = run_cli("train", "--type", "rl", "--config", str(config), "--task-url", math_app,

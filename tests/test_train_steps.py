@@ -68,7 +68,7 @@ def _job_ids(backend: BackendProcess) -> set[str]:
 
 def _dry_then_real(backend: BackendProcess, recorder: Recorder, *args: str):
     """The dry run's document (nothing sent, no job made), then the real submit of the same command line."""
-    from synth_ai.client.connect import open_api
+    from synth_ai.connect.embedded_backend import open_api
     from synth_ai.train.prepare import TrainOptions, prepare_training
     from synth_ai.train.submit import Hooks, submit
 
@@ -123,7 +123,8 @@ def test_sft_dry_run_lists_what_the_real_submit_runs(backend: BackendProcess, re
 
 
 def test_rl_dry_run_lists_what_the_real_submit_runs(backend: BackendProcess, recorder: Recorder, math_app: str,
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, require_vllm: None) -> None:
+    """The docs' RL config has a [vllm] table, which the backend refuses where vllm is not installed."""
     from synth_ai.train import plan
 
     # a model this CPU backend accepts at create (it refuses a 4B job); the job is cancelled below

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
+from conftest import REPO_ROOT, free_port
 from taskapp_support import (
     ENV_KEY,
     completion,
@@ -49,7 +49,7 @@ def test_verifiers_not_installed_names_the_extra(tmp_path, app_id):
                        PYTHONPATH=os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")]))
     assert result.returncode == ExitCode.UNAVAILABLE, result.stderr
     assert "Serving a verifiers environment needs the verifiers package" in result.stderr
-    assert "pip install 'synth-ai[verifiers]'" in result.stderr
+    assert f"pip install '{REPO_ROOT}[verifiers]'" in result.stderr  # this checkout, not the index's namesake
     assert "Traceback" not in result.stderr
 
 

@@ -3,7 +3,11 @@ worker process), the bundled color-quiz task app, vLLM's CPU build on the tiny h
 
 GSPO succeeds and its reward rises; a worker killed mid-job (its in-process vLLM engine with it) resumes from the
 checkpoint in a new worker, which samples with vLLM again, and the job then cancels cleanly; and what vLLM could not
-run here is refused when the job is created, with vLLM's reason."""
+run here is refused when the job is created, with vLLM's reason.
+
+The backend runs without OMP_NUM_THREADS (every other test backend gets OMP_NUM_THREADS=1), as a user's does: vLLM's
+CPU attention then failed every attempt on a machine of more than one core until the engine pinned its threads
+(issue 37, "thread_num (2 vs. 1)")."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import signal
 from typing import Any
 
 import pytest
-from backend_support import BackendProcess, link_tiny, wait_for
+from backend_support import link_tiny, serve_backend, wait_for
 from rl_support import config, quiz_app
 from taskapp_support import running_app
 from vllm_support import TINY_HD64, hd64_model, require_vllm
@@ -28,11 +32,9 @@ VLLM_TABLE = {"tensor_parallel_size": 1, "max_model_len": 256, "kv_cache_memory_
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory):
     require_vllm()
-    data = tmp_path_factory.mktemp("vllm-jobs") / "home"
-    link_tiny(data, [hd64_model(tmp_path_factory)])
-    process = BackendProcess(data, env={"ENVIRONMENT_API_KEY": ENV_KEY}).start()
-    yield process
-    process.stop()
+    built = [hd64_model(tmp_path_factory)]
+    yield from serve_backend(tmp_path_factory, "vllm-jobs", prepare=lambda data: link_tiny(data, built),
+                             env={"ENVIRONMENT_API_KEY": ENV_KEY, "OMP_NUM_THREADS": None})
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,8 @@ def engines(log: list[dict[str, Any]]) -> list[str]:
 
 
 def test_gspo_samples_with_vllm_and_the_reward_rises(backend, app):
+    with open(f"/proc/{backend.proc.pid}/environ", "rb") as environ:  # as a user's backend runs: no thread count
+        assert not any(v.startswith(b"OMP_NUM_THREADS=") for v in environ.read().split(b"\0"))
     with backend.client() as api:
         job_id = create(api, vllm_body(app, batch_size=4, group_size=8, iterations_per_epoch=6))
         wait_for(lambda: status(api, job_id) in TERMINAL, timeout=600, interval=0.5, what="the vLLM job")

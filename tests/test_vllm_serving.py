@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from backend_support import BackendProcess
+from backend_support import serve_backend
 from conftest import free_port, run_cli
 from taskapp_support import ENV_KEY
 from vllm_support import VLLM_ENV, build_head64_qwen3
@@ -51,15 +51,14 @@ def served(require_vllm, tmp_path_factory: pytest.TempPathFactory):
 
     root = tmp_path_factory.mktemp("vllmserve")
     base = build_head64_qwen3(root / "head64")
-    data_dir = root / "home"
-    data_dir.mkdir()
-    ModelStore(data_dir).register_fine_tuned(FINE_TUNE, str(base), "job-vllmserve",
-                                             _lora_fine_tune(base, root / "fine-tune"))
-    backend = BackendProcess(data_dir, env={"SYNTH_AI_INFERENCE_ENGINE": "vllm", **VLLM_ENV}).start()
-    try:
+    fine_tune = _lora_fine_tune(base, root / "fine-tune")
+
+    def register(data_dir: Path) -> None:
+        ModelStore(data_dir).register_fine_tuned(FINE_TUNE, str(base), "job-vllmserve", fine_tune)
+
+    for backend in serve_backend(tmp_path_factory, "vllmserve-backend", prepare=register,
+                                 env={"SYNTH_AI_INFERENCE_ENGINE": "vllm", **VLLM_ENV}):
         yield backend, str(base)
-    finally:
-        backend.stop()
 
 
 def _chat(client, model: str, content: str = "What is 2 + 3?"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,12 @@ WANDB_BLOCK = 32768
 
 
 def tensorboard_scalars(folder: Path) -> dict[str, dict[int, float]]:
+    """Every scalar series under `folder`; none while the writer has not made the folder yet (EventAccumulator would
+    raise that it was deleted)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    if not Path(folder).is_dir():
+        return {}
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
@@ -45,6 +50,8 @@ def wandb_records(path: Path) -> list[Any]:
         if kind == 0 and length == 0:
             pos += left
             continue
+        if pos + 7 + length > len(raw):  # a chunk still being written
+            break
         parts.append(raw[pos + 7:pos + 7 + length])
         pos += 7 + length
         if kind in (1, 4):
@@ -61,7 +68,7 @@ def wandb_run(folder: Path) -> dict[str, Any]:
     files = [f for f in files if "latest-run" not in f.parts]
     assert len(files) == 1, files
     history, summary, config, tags, name = [], {}, {}, [], None
-    for record in wandb_records(files[0]):
+    for record in _finished_records(files[0]):
         kind = record.WhichOneof("record_type")
         if kind == "history":
             history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
@@ -77,6 +84,17 @@ def wandb_run(folder: Path) -> dict[str, Any]:
             config.update({u.key: json.loads(u.value_json) for u in record.config.update})
     return {"history": history, "summary": summary, "config": config, "tags": tags, "name": name,
             "file": files[0]}
+
+
+def _finished_records(path: Path, wait_s: float = 120.0) -> list[Any]:
+    """The file's records once wandb's service process has written the run's `exit` record: `run.finish()` hands
+    the records to that process, which may still be writing them when a loaded machine returns control."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = wandb_records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
 
 
 def series(history: list[dict[str, Any]], name: str) -> dict[int, float]:

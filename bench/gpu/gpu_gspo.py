@@ -7,20 +7,21 @@ The reward is `gpu_inputs.gspo_reward` of the answer's text on both sides.
 
 - ours: `synth_ai.backend.trainers.rl.run_rl`, the function the backend's job worker calls, with the built-in
   rollout engine; the task app (`gpu_task_app.py`) is served over HTTP by uvicorn in a thread, and the rollouts go
-  trainer -> task app -> policy server, as in a real job. Iteration time = the gap between successive
+  trainer -> task app -> policy server, as in a real job, with our defaults (activation checkpointing on with
+  CUDA). Iteration time = the gap between successive
   `rl.train.step` events; rollout and update seconds are the event's own `rollout_s` / `train_s`.
 - baseline: TRL `GRPOTrainer` with `importance_sampling_level="sequence"` (TRL's GSPO), generation with
-  `model.generate`, the reward called in process. Iteration time = the gap between successive `on_step_end`
-  callbacks; rollout seconds = time spent in `_generate_and_score_completions` (update = the rest).
+  `model.generate`, the reward called in process, gradient checkpointing on (TRL's default). Iteration time =
+  the gap between successive `on_step_end` callbacks; rollout seconds = time spent in `_generate_and_score_completions` (update = the rest).
 
 The first iteration is a warm-up and is not counted. Trained tokens per iteration = samples x (prompt tokens + mean
 completion tokens); tokens/s in the table = those tokens / update seconds (the trainer alone, as prime-rl reports).
 
-`run_update` is the trainer alone at a long sequence length, the shape of prime-rl's RL anchor (full, 16k): our
-`GSPOTrainer.train`, the update `run_rl` calls each iteration, on `samples` random samples of `seq_len` tokens
-(a 512-token prompt each, all different, the rest completion), one optimizer step over them, one sample per forward
-pass (`max_accumulated_minibatch = 1`, gradient accumulation over the samples). The first update is a warm-up.
-TRL has no trainer-only mode, so this row has no baseline.
+`run_update` is the trainer alone: our `GSPOTrainer.train`, the update `run_rl` calls each iteration, over
+`samples` synthetic samples (random token ids) of a `prompt`-token prompt and a `completion`-token completion, in
+groups of `group` samples sharing a prompt (1: every prompt different), one optimizer step over them, with the
+`[training]` keys the step sets (gpu_plan: none for the new defaults, `OLD_PATH` for the old one). The first
+`warmup` updates are not timed. TRL has no trainer-only mode, so these rows have no TRL side.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def rl_config(job: dict[str, Any]) -> dict[str, Any]:
     n = job["batch"] * job["group"]
     return {
         "algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"},
-        "model": {"base": job["model_path"], "trainer_mode": "full", "label": "gpu-kit"},
+        "model": {"base": job["model_path"], "trainer_mode": job.get("mode", "full"), "label": "gpu-kit"},
         "rollout": {"env_name": "gpu_kit_bench", "policy_name": "gpu-kit", "max_turns": 1, "episodes_per_batch": n,
                     "max_concurrent_rollouts": n,
                     "policy_config": {"temperature": 1.0, "max_tokens": job["new_tokens"]}},
@@ -82,11 +83,14 @@ def run_ours(job: dict[str, Any]) -> dict[str, Any]:
     from synth_ai.taskapp.serving import running_in_background
 
     steps: list[tuple[float, dict[str, Any]]] = []
+    started: dict[str, Any] = {}
 
     class Reporter:
         def event(self, type, message, data=None, level="info"):  # noqa: A002
             if type == "rl.train.step":
                 steps.append((time.perf_counter(), data or {}))
+            elif type == "rl.train.started":
+                started.update(data or {})
 
         def metric(self, name, step, value, phase="train"):
             pass
@@ -104,6 +108,7 @@ def run_ours(job: dict[str, Any]) -> dict[str, Any]:
     row = summary(timed, min(samples) if samples else 0, prompt_tokens(Path(job["model_path"]), range(job["batch"])))
     row["reward_mean"] = [s[1].get("reward_mean") for s in steps]
     row["groups_zero_variance"] = sum(s[1].get("groups_zero_variance", 0) for s in steps)
+    row["gradient_checkpointing"] = started.get("activation_checkpointing")
     return row
 
 
@@ -118,36 +123,41 @@ def run_update(job: dict[str, Any]) -> dict[str, Any]:
     from synth_ai.backend.trainers.rl.step import GSPOTrainer
     from synth_ai.backend.trainers.rl.types import Sample
 
-    count, seq_len = job["samples"], job["seq_len"]
-    config = rl_config({**job, "batch": 1, "group": count, "new_tokens": seq_len, "iterations": 1})
-    config["training"].update(max_accumulated_minibatch=1, gradient_accumulation_steps=count)
+    count, group, prompt, completion = job["samples"], job["group"], job["prompt"], job["completion"]
+    config = rl_config({**job, "batch": count // group, "group": group, "new_tokens": completion, "iterations": 1})
+    config["training"].update(job["training"])
+    if "max_accumulated_minibatch" in job["training"]:  # still one optimizer step over all the samples
+        config["training"]["gradient_accumulation_steps"] = -(-count // job["training"]["max_accumulated_minibatch"])
     spec = {"job_id": "gpu-kit", "model": job["model_path"],
             "data": {"endpoint_base_url": "http://127.0.0.1:9", "base_model": job["model_path"], "config": config}}
     with tempfile.TemporaryDirectory(prefix="kit-rl-", dir=job["scratch"]) as work:
         trainer = GSPOTrainer(resolve_rl_settings(spec), ModelStore(Path(work) / "store"), Path(work))
         vocab = len(trainer.tokenizer)
         rng = random.Random(0)
-        prompt = min(512, seq_len // 2)
         flat = -math.log(vocab)  # a random policy's log-prob (recomputed on a GPU, where the ratio must be 1)
 
         def samples() -> list[Sample]:
-            return [Sample(prompt_ids=[rng.randrange(vocab) for _ in range(prompt)],
-                           completion_ids=[rng.randrange(vocab) for _ in range(seq_len - prompt)],
-                           old_logprobs=[flat] * (seq_len - prompt), advantage=1.0 if i % 2 else -1.0)
-                    for i in range(count)]
+            prompts = [[rng.randrange(vocab) for _ in range(prompt)] for _ in range(-(-count // group))]
+            return [Sample(prompt_ids=list(prompts[i // group]),
+                           completion_ids=[rng.randrange(vocab) for _ in range(completion)],
+                           old_logprobs=[flat] * completion, advantage=1.0 if i % 2 else -1.0, seed=i // group,
+                           rollout_index=i % group) for i in range(count)]
 
-        seconds = []
+        seconds, steps = [], 0
         for _ in range(job["warmup"] + job["steps"]):
             batch = samples()
             started = time.perf_counter()
-            trainer.train(batch)
+            steps += trainer.train(batch).steps
             if torch.cuda.is_available():  # its optimizer step is the last work queued: wait for it
                 torch.cuda.synchronize()
             seconds.append(time.perf_counter() - started)
+        checkpointing = bool(trainer.policy.activation_checkpointing)
     timed = seconds[job["warmup"]:]
     update_s = statistics.median(timed)
     return {"step_s": update_s, "update_s": update_s, "steps_timed": len(timed), "samples": count,
-            "tokens_per_s": count * seq_len * len(timed) / sum(timed), "step_times": [round(t, 4) for t in timed]}
+            "optimizer_steps": steps, "activation_checkpointing": checkpointing,
+            "tokens_per_s": count * (prompt + completion) * len(timed) / sum(timed),
+            "step_times": [round(t, 4) for t in timed]}
 
 
 def run_trl(job: dict[str, Any]) -> dict[str, Any]:
@@ -177,6 +187,7 @@ def run_trl(job: dict[str, Any]) -> dict[str, Any]:
                 lengths.append(float(logs["completions/mean_length"]))
 
     with tempfile.TemporaryDirectory(prefix="kit-gspo-trl-", dir=job["scratch"]) as out:
+        # gradient checkpointing on: TRL's default (its configs' base), and our update's on CUDA, so like for like
         config = GRPOConfig(
             output_dir=out, importance_sampling_level="sequence", loss_type="grpo", beta=0.0,
             epsilon=HYPER["epsilon_low"], epsilon_high=HYPER["epsilon_high"], num_generations=group,
@@ -184,7 +195,7 @@ def run_trl(job: dict[str, Any]) -> dict[str, Any]:
             num_iterations=1, max_completion_length=job["new_tokens"], temperature=1.0,
             learning_rate=HYPER["learning_rate"], lr_scheduler_type="constant", max_grad_norm=HYPER["max_grad_norm"],
             max_steps=job["iterations"], optim="adamw_torch_fused" if cuda else "adamw_torch", use_cpu=not cuda,
-            bf16=cuda, fp16=False, gradient_checkpointing=False, report_to=[], save_strategy="no", logging_steps=1,
+            bf16=cuda, fp16=False, gradient_checkpointing=True, report_to=[], save_strategy="no", logging_steps=1,
             seed=HYPER["seed"], shuffle_dataset=False, disable_tqdm=True, dataloader_num_workers=0,
             disable_dropout=True)
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
@@ -194,7 +205,9 @@ def run_trl(job: dict[str, Any]) -> dict[str, Any]:
     gaps = [b - a for a, b in pairwise(ends)]
     timed = [(gap, gen, gap - gen if gen is not None else None, length)
              for gap, gen, length in zip(gaps, _pad(generation[1:], len(gaps)), _pad(lengths[1:], len(gaps), 0.0))]
-    return summary(timed, batch * group, prompt_tokens(Path(job["model_path"]), range(batch)))
+    row = summary(timed, batch * group, prompt_tokens(Path(job["model_path"]), range(batch)))
+    row["gradient_checkpointing"] = bool(config.gradient_checkpointing)
+    return row
 
 
 def _time_generation(trainer: Any, seconds: list[float], cuda: bool) -> None:

@@ -9,6 +9,7 @@ becomes one error row and the kit goes on. results.json and results.md in `--out
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -87,11 +88,15 @@ class Kit:
         regular = SMOKE.vocab - 64 if self.args.smoke else QWEN_REGULAR_TOKENS
         data = [{"seq_len": seq_len, "rows": rows, "path": str(self.scratch / f"sft-{seq_len}.jsonl")}
                 for seq_len, rows in planning.data_needs(steps).items()]
+        first = self.model_job(steps[0].model) if steps else None  # built here: one process start fewer
         result = self.work("prepare", {"kind": "prepare", "tokenizer": str(self.scratch / "tokenizer"),
-                                       "regular_tokens": regular, "data": data}, 150)
+                                       "regular_tokens": regular, "data": data, "model": first},
+                           150 + (planning.TIMES[steps[0].model]["build"][1] if steps else 0))
         if "error" in result:
             self.notes.append(f"preparation failed, nothing measured: {result['error']}")
             return False
+        if first is not None:
+            self.register(first["model"], result.pop("model"))
         made = result.pop("data")
         self.environment = {k: v for k, v in result.items() if k not in ("wall_s", "peak_memory_gib",
                                                                            "peak_memory_kind")}
@@ -99,19 +104,23 @@ class Kit:
             self.data[need["seq_len"]] = {**made[str(need["seq_len"])], "path": need["path"]}
         return True
 
+    def model_job(self, name: str) -> dict[str, Any]:
+        return {"kind": "model", "model": name, "tokenizer": str(self.scratch / "tokenizer"),
+                "model_path": str(self.scratch / "models" / name)}
+
     def model(self, name: str) -> str | None:
         if name not in self.models:
-            folder = self.scratch / "models" / name
-            made = self.work(f"model {name}", {"kind": "model", "model": name, "tokenizer": str(self.scratch /
-                                                                                               "tokenizer"),
-                                               "model_path": str(folder)}, planning.TIMES[name]["build"][1])
-            self.models[name] = None if "error" in made else str(folder)
-            if "error" in made:
-                self.notes.append(f"{name}: building the model failed ({made['error']}); its rows are errors")
-            else:
-                self.notes.append(f"{name}: {made['parameters']:,} parameters, random bf16 weights, built in "
-                                  f"{made['wall_s']:.0f} s")
+            job = self.model_job(name)
+            self.register(name, self.work(f"model {name}", job, planning.TIMES[name]["build"][1]))
         return self.models[name]
+
+    def register(self, name: str, made: dict[str, Any]) -> None:
+        self.models[name] = None if "error" in made else self.model_job(name)["model_path"]
+        if "error" in made:
+            self.notes.append(f"{name}: building the model failed ({made['error']}); its rows are errors")
+        else:
+            self.notes.append(f"{name}: {made['parameters']:,} parameters, random bf16 weights, built in "
+                              f"{made.get('build_s', made.get('wall_s', 0)):.0f} s")
 
     def measure(self, step: planning.Step) -> dict[str, Any]:
         row = {"id": step.id, "pair": step.pair, "bench": step.bench, "side": step.side, "model": step.model,
@@ -125,11 +134,22 @@ class Kit:
                "scratch": str(self.scratch)}
         if step.bench == "sft":
             job.update(data=data["path"], data_tokens_mean=data["tokens_mean"])
-        result = self.work(step.id, job, step.max_s)
+        missing = self.missing(step)
+        if missing:  # said without a worker's start (torch's import alone costs seconds)
+            result = {"error": f"{missing} is not installed here (No module named '{missing}')"}
+            self.log.write(f"== {step.id}: 0.0 s, error: {result['error']} (found before starting a worker)\n")
+        else:
+            result = self.work(step.id, job, step.max_s)
         hint = data.get("tokens_mean") if step.bench == "sft" else \
             (result.get("prompt_tokens") or 0) + (result.get("completion_tokens_mean") or 0) or None
         report.finish_row(row, result, self.environment.get("bf16_peak_flops"), hint)
         return row
+
+    @staticmethod
+    def missing(step: planning.Step) -> str | None:
+        """The first package a TRL step needs that this Python lacks (the workers run the same Python and path)."""
+        needs = ("trl", "datasets") if step.side == "trl" else ()
+        return next((name for name in needs if importlib.util.find_spec(name) is None), None)
 
     def skip(self, step: planning.Step, why: str) -> None:
         self.rows.append({"id": step.id, "pair": step.pair, "bench": step.bench, "side": step.side,
@@ -156,7 +176,8 @@ class Kit:
                 else:
                     self.rows.append(self.measure(step))
             if partner is None:
-                print(report.pair_line(self.rows, step.pair, device), flush=True)
+                print(report.pair_line(self.rows, step.pair, device, self.environment.get("gpu_memory_gib")),
+                      flush=True)
             self.save()
 
     def save(self) -> None:

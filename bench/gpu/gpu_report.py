@@ -1,6 +1,7 @@
 """The GPU kit's results: rows with their MFU, `results.json`, `results.md` (prime-rl's BENCHMARKS.md layout: model,
-mode, sequence length, GPU, tokens/s, step time, peak memory, MFU; plus who trained and the ratio to TRL), the
-anchors printed beside ours, and one console line per measured pair."""
+mode, sequence length, GPU, tokens/s, step time, peak memory, MFU; plus who trained, whether the peak fits one
+80 GiB GPU, the ratio to the baseline and the issue's targets), the anchors printed beside ours, and one console line
+per measured pair."""
 
 from __future__ import annotations
 
@@ -8,8 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpu_plan import FITS_GIB
 from gpu_sft import LORA
 from gpu_shapes import SHAPES, mfu
+
+OLD_PATH_TEXT = ("chunked_logprobs = false, activation_checkpointing = false, no token budget, one sample a forward "
+                 "pass (as the 2026-11-27 run)")
+CPU = "n/a (CPU)"  # the verdicts and targets are about GPU memory: a CPU's peak RSS says nothing of them
+TRAINERS = {"ours": "ours", "trl": "TRL", "new": "ours, new defaults", "old": "ours, old path"}
 
 # Self-reported figures on one H100 that the issue asks us to pass on the same shapes.
 ANCHORS = [
@@ -41,6 +48,43 @@ def finish_row(row: dict[str, Any], result: dict[str, Any], peak: float | None, 
     row["mfu"] = mfu(row.get("tokens_per_s"), flops, peak)
 
 
+def fits(row: dict[str, Any], gpu_gib: float | None) -> str:
+    """`yes` / `no`: the peak allocated GPU memory against one 80 GiB GPU; an out-of-memory error on a GPU at least
+    that large is a `no` too. `n/a (CPU)` on a CPU, `—` when nothing was measured."""
+    if row.get("status") == "ok" and row.get("peak_memory_kind") == "gpu":
+        return "yes" if row["peak_memory_gib"] < FITS_GIB else "no"
+    if row.get("status") == "ok":
+        return CPU
+    if row.get("status") == "error" and "out of memory" in row.get("error", "").lower():
+        # an "80 GB" GPU has 79.6 GiB: running out of it is not fitting
+        return f"no (out of memory on {gpu_gib:.1f} GiB)" if gpu_gib and gpu_gib >= FITS_GIB - 1 else "unknown"
+    if row.get("status") == "error" and row.get("peak_memory_kind") == "rss":
+        return CPU
+    return "—"
+
+
+def target(row: dict[str, Any]) -> str:
+    """The row's target (gpu_plan.TARGET_*) and whether it was met: `≤ 12.5 GiB, ≥ 11,900 tokens/s: met`."""
+    goal = row.get("targets") or {}
+    if not goal:
+        return ""
+    parts = []
+    if "peak_gib_max" in goal:
+        parts.append((f"≤ {goal['peak_gib_max']} GiB", lambda r: r["peak_memory_gib"] <= goal["peak_gib_max"]))
+    if "peak_gib_below" in goal:
+        parts.append((f"< {goal['peak_gib_below']:.0f} GiB", lambda r: r["peak_memory_gib"] < goal["peak_gib_below"]))
+    if "tokens_per_s_min" in goal:
+        parts.append((f"≥ {goal['tokens_per_s_min']:,} tokens/s",
+                      lambda r: r["tokens_per_s"] >= goal["tokens_per_s_min"]))
+    text = ", ".join(name for name, _ in parts)
+    if row.get("status") != "ok":
+        return f"{text}: {CPU if row.get('peak_memory_kind') == 'rss' else 'not measured'}"
+    if row.get("peak_memory_kind") != "gpu":
+        return f"{text}: {CPU}"
+    missed = [name for name, ok in parts if not ok(row)]
+    return f"{text}: " + ("met" if not missed else "missed (" + ", ".join(missed) + ")")
+
+
 def display_model(model: str) -> str:
     return f"{SHAPES[model].name} (smoke)" if model == "smoke" else model
 
@@ -59,15 +103,45 @@ def _num(value: Any, fmt: str, missing: str = "—") -> str:
 
 
 def _ratio(rows: list[dict[str, Any]], row: dict[str, Any]) -> str:
-    """ours vs TRL on the same pair: tokens/s ratio for SFT, TRL's iteration time / ours for GSPO."""
-    if row["side"] != "ours" or row.get("status") != "ok":
+    """Against the pair's baseline: SFT, ours / TRL's tokens/s; GSPO, TRL's iteration time / ours; the RL update,
+    the old path's peak memory / the new defaults' and the new defaults' time / the old path's."""
+    if row["side"] not in ("ours", "new") or row.get("status") != "ok":
         return ""
-    trl = next((r for r in rows if r["pair"] == row["pair"] and r["side"] == "trl" and r.get("status") == "ok"), None)
-    if trl is None:
+    other = "trl" if row["side"] == "ours" else "old"
+    base = next((r for r in rows if r["pair"] == row["pair"] and r["side"] == other and r.get("status") == "ok"),
+                None)
+    if base is None:
         return ""
     if row["bench"] == "sft":
-        return f"{row['tokens_per_s'] / trl['tokens_per_s']:.2f}x"
-    return f"{trl['step_s'] / row['step_s']:.2f}x"
+        return f"{row['tokens_per_s'] / base['tokens_per_s']:.2f}x"
+    if row["bench"] == "rl":
+        return (f"memory old/new {base['peak_memory_gib'] / row['peak_memory_gib']:.2f}x, time new/old "
+                f"{row['step_s'] / base['step_s']:.2f}x")
+    return f"{base['step_s'] / row['step_s']:.2f}x"
+
+
+
+def _seq(row: dict[str, Any]) -> str:
+    if row["bench"] == "gspo":
+        return f"{row.get('prompt_tokens', 0):.0f}+{row['seq_len']}"
+    if row["bench"] == "rl" and row.get("group", 1) > 1:
+        return f"{row['prompt']}+{row['completion']}"
+    return str(row["seq_len"])
+
+
+def _note(row: dict[str, Any]) -> str:
+    note = row.get("error") or row.get("note") or ""
+    if row["bench"] == "gspo" and row.get("status") == "ok":
+        note = (f"iteration {_num(row.get('step_s'), '.2f')} s = rollouts {_num(row.get('rollout_s'), '.2f')} s "
+                f"+ update {_num(row.get('update_s'), '.2f')} s; {row.get('samples')} samples")
+        if row.get("gradient_checkpointing") is not None:
+            note += f"; checkpointing {'on' if row['gradient_checkpointing'] else 'off'}"
+    elif row["bench"] == "rl" and row.get("status") == "ok":
+        grouped = (f"{row['samples'] // row['group']} prompts x group {row['group']}, shared prompts"
+                   if row.get("group", 1) > 1 else f"{row.get('samples')} samples")
+        note = (f"GSPO update alone: {grouped}, one optimizer step, checkpointing "
+                f"{'on' if row.get('activation_checkpointing') else 'off'}; TRL has no such mode")
+    return note.replace("|", "/")
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -77,33 +151,30 @@ def markdown(document: dict[str, Any]) -> str:
              f"Device: {gpu}. Started {document['kit']['started']}; budget {document['kit']['budget_s']:.0f} s, "
              f"spent {document['kit'].get('spent_s', 0):.0f} s. Versions: "
              + ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v) + ".", "",
-             ("| Model | Trainer | Bench | Mode | Seq len | GPU | Tokens/s | Step time (s) | Peak memory (GiB) | MFU "
-              "| vs TRL | Note |"),
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             ("| Model | Trainer | Bench | Mode | Seq len | GPU | Tokens/s | Step time (s) | Peak memory (GiB) "
+              "| Fits 80 GiB | MFU | vs baseline | Target | Note |"),
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = document["rows"]
     for row in rows:
-        seq = f"{row.get('prompt_tokens', 0):.0f}+{row['seq_len']}" if row["bench"] == "gspo" else row["seq_len"]
-        note = row.get("error") or row.get("note") or ""
-        if row["bench"] == "gspo" and row.get("status") == "ok":
-            note = (f"iteration {_num(row.get('step_s'), '.2f')} s = rollouts {_num(row.get('rollout_s'), '.2f')} s "
-                    f"+ update {_num(row.get('update_s'), '.2f')} s; {row.get('samples')} samples")
-        elif row["bench"] == "rl" and row.get("status") == "ok":
-            note = f"GSPO update alone: {row.get('samples')} samples, one optimizer step; TRL has no such mode"
-        lines.append(f"| {display_model(row['model'])} | {'ours' if row['side'] == 'ours' else 'TRL'} | {row['bench']} "
-                     f"| {row['mode']} | {seq} | {gpu} | {_num(row.get('tokens_per_s'), ',.0f')} "
+        lines.append(f"| {display_model(row['model'])} | {TRAINERS[row['side']]} | {row['bench']} | {row['mode']} "
+                     f"| {_seq(row)} | {gpu} | {_num(row.get('tokens_per_s'), ',.0f')} "
                      f"| {_num(row.get('step_s'), '.3f')} | {_num(row.get('peak_memory_gib'), '.1f')} "
-                     f"| {_num(row.get('mfu'), '.1%')} | {_ratio(rows, row)} | {note.replace('|', '/')} |")
+                     f"| {fits(row, env.get('gpu_memory_gib'))} | {_num(row.get('mfu'), '.1%')} "
+                     f"| {_ratio(rows, row)} | {target(row)} | {_note(row)} |")
     for anchor in ANCHORS:
         lines.append(f"| {anchor['model']} | {anchor['source']} | {anchor['bench']} | {anchor['mode']} "
                      f"| {anchor['seq_len'] or '—'} | 1x H100 (self-reported) | {anchor['tokens_per_s']:,} | — "
-                     f"| {_num(anchor['peak_memory_gib'], '.1f')} | — | | anchor |")
+                     f"| {_num(anchor['peak_memory_gib'], '.1f')} | — | — | | | anchor |")
     lines += ["", (f"Peak memory: torch's peak GPU allocation of the measuring process (on a CPU: its peak RSS). "
-                   f"MFU: {FLOPS_FORMULA}. GSPO tokens/s = trained tokens / update seconds."), ""]
+                   f"Fits 80 GiB: that peak below {FITS_GIB:.0f} GiB. MFU: {FLOPS_FORMULA}. GSPO tokens/s = "
+                   f"trained tokens / update seconds. vs baseline: SFT, our tokens/s / TRL's; GSPO, TRL's iteration "
+                   f"time / ours; RL update, the old path's peak memory / the new defaults', and the new defaults' "
+                   f"time / the old path's. Old path: {OLD_PATH_TEXT}."), ""]
     lines += [f"- {note}" for note in document.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _side_text(row: dict[str, Any] | None) -> str:
+def _side_text(row: dict[str, Any] | None, gpu_gib: float | None = None) -> str:
     if row is None:
         return "not run"
     if row.get("status") == "error":
@@ -112,21 +183,32 @@ def _side_text(row: dict[str, Any] | None) -> str:
         return f"skipped ({row.get('note')})"
     memory = f"peak {row.get('peak_memory_gib', 0):.2f} GiB {row.get('peak_memory_kind', '')}".rstrip()
     extra = f", MFU {row['mfu']:.1%}" if row.get("mfu") is not None else ""
-    if row["bench"] in ("sft", "rl"):
-        what = "step" if row["bench"] == "sft" else "update"
-        return f"{row['tokens_per_s']:,.0f} tokens/s ({what} {row['step_s']:.3f} s, {memory}{extra})"
+    if row["bench"] == "rl":
+        goal = target(row)
+        return (f"{row['tokens_per_s']:,.0f} tokens/s (update {row['step_s']:.3f} s, {memory}{extra}; fits 80 GiB: "
+                f"{fits(row, gpu_gib)}" + (f"; target {goal}" if goal else "") + ")")
+    if row["bench"] == "sft":
+        return f"{row['tokens_per_s']:,.0f} tokens/s (step {row['step_s']:.3f} s, {memory}{extra})"
     return (f"{row['step_s']:.2f} s/iteration (rollouts {_num(row.get('rollout_s'), '.2f')} s, update "
             f"{_num(row.get('update_s'), '.2f')} s, {_num(row.get('tokens_per_s'), ',.0f')} tokens/s, {memory}{extra})")
 
 
-def pair_line(rows: list[dict[str, Any]], pair: str, device: str) -> str:
-    """`sft  MODEL MODE SEQ [device]: ours ... tokens/s ...; TRL ...; ratio R` (gspo: s/iteration)."""
+def pair_line(rows: list[dict[str, Any]], pair: str, device: str, gpu_gib: float | None = None) -> str:
+    """`sft  MODEL MODE SEQ [device]: ours ... tokens/s ...; TRL ...; ratio R` (gspo: s/iteration; rl: new defaults
+    and old path, fits-80-GiB verdicts and targets)."""
+    first = next(r for r in rows if r["pair"] == pair)
+    head = f"{first['bench']:<4} {display_model(first['model'])} {first['mode']} "
+    if first["bench"] == "rl":
+        new = next((r for r in rows if r["pair"] == pair and r["side"] == "new"), None)
+        old = next((r for r in rows if r["pair"] == pair and r["side"] == "old"), None)
+        line = (f"{head}{first.get('samples')}x{_seq(first)} [{device}]: new defaults {_side_text(new, gpu_gib)}"
+                + (f"; old path {_side_text(old, gpu_gib)}" if old else ""))
+        ratio = _ratio(rows, new) if new else ""
+        return line + (f"; {ratio}" if ratio else "")
     ours = next((r for r in rows if r["pair"] == pair and r["side"] == "ours"), None)
     trl = next((r for r in rows if r["pair"] == pair and r["side"] == "trl"), None)
-    first = ours or trl
-    shape = {"sft": f"{first['seq_len']}", "rl": f"{first.get('samples')}x{first['seq_len']}",
-             "gspo": f"{first.get('batch')}x{first.get('group')}x{first['seq_len']}"}[first["bench"]]
-    baseline = "no trainer-only mode" if first["bench"] == "rl" else _side_text(trl)
+    shape = f"{first['seq_len']}" if first["bench"] == "sft" else \
+        f"{first.get('batch')}x{first.get('group')}x{first['seq_len']}"
     ratio = _ratio(rows, ours) if ours else ""
-    return (f"{first['bench']:<4} {display_model(first['model'])} {first['mode']} {shape} [{device}]: "
-            f"ours {_side_text(ours)}; TRL {baseline}" + (f"; ratio {ratio}" if ratio else ""))
+    return (f"{head}{shape} [{device}]: ours {_side_text(ours)}; TRL {_side_text(trl)}"
+            + (f"; ratio {ratio}" if ratio else ""))

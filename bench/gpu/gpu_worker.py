@@ -4,7 +4,8 @@ Its own process so that each measurement's peak memory is its own, an out-of-mem
 that measurement, and the kit can stop one that overruns its time. Prints `RESULT <json>` last: the step's numbers,
 or `{"error": ...}`, with the peak memory (GPU: torch's peak allocation; CPU: the process's peak RSS).
 
-Jobs (`kind`): `prepare` (environment facts, the tokenizer, the SFT rows), `model` (a random-weight model folder),
+Jobs (`kind`): `prepare` (environment facts, the tokenizer, the SFT rows and, when the job names one, the first
+model: one process start fewer), `model` (a random-weight model folder),
 `sft` and `gspo` (`side` ours or trl; see gpu_sft.py and gpu_gspo.py), `rl` (our GSPO update alone, gpu_gspo.py).
 """
 
@@ -15,6 +16,7 @@ import os
 import platform
 import resource
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -55,14 +57,15 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         made = {**environment(), "tokenizer": gpu_inputs.build_tokenizer(job["regular_tokens"], tokenizer)}
         made["data"] = {str(d["seq_len"]): gpu_inputs.sft_rows(tokenizer, d["seq_len"], d["rows"], Path(d["path"]))
                         for d in job["data"]}
+        if job.get("model"):  # its failure is the model's, not the preparation's
+            try:
+                made["model"] = build_model(job["model"])
+            except Exception as exc:  # noqa: BLE001 - reported as that model's build error
+                traceback.print_exc()
+                made["model"] = {"error": error_text(exc)}
         return made
     if kind == "model":
-        import torch
-        from gpu_shapes import SHAPES
-
-        shape = SHAPES[job["model"]]
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        return gpu_inputs.build_model(shape, Path(job["tokenizer"]), Path(job["model_path"]), device)
+        return build_model(job)
     if kind == "sft":
         import gpu_sft
 
@@ -74,6 +77,17 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             return gpu_gspo.run_update(job)
         return gpu_gspo.run_ours(job) if job["side"] == "ours" else gpu_gspo.run_trl(job)
     raise ValueError(f"unknown job kind {kind!r}")
+
+
+def build_model(job: dict[str, Any]) -> dict[str, Any]:
+    import gpu_inputs
+    import torch
+    from gpu_shapes import SHAPES
+
+    started = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    made = gpu_inputs.build_model(SHAPES[job["model"]], Path(job["tokenizer"]), Path(job["model_path"]), device)
+    return {**made, "build_s": round(time.perf_counter() - started, 1)}
 
 
 def peak_memory_gib() -> tuple[float, str]:

@@ -7,7 +7,7 @@ else prints errors. This module imports only the standard library so any layer m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
@@ -35,8 +35,9 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "Success (for `train`, the job succeeded; with `--no-poll`, the job was created).",
     ExitCode.INTERNAL: "Unexpected internal error (a bug). Re-run with `SYNTH_DEBUG=1` for the traceback.",
     ExitCode.USAGE: "Wrong command-line usage: unknown flag, missing argument, bad flag value.",
-    ExitCode.INVALID_INPUT: "Invalid input: a config, dataset, model id or file that fails validation, or a "
-                            "`--port` that another program holds.",
+    ExitCode.INVALID_INPUT: "Invalid input: a config, dataset, model id or file that fails validation, a "
+                            "`--port` that another program holds, or an output folder that cannot be written "
+                            "(`models export --out` read-only, under a file, or on a full disk).",
     ExitCode.AUTH: "Authentication or permission failure (missing or wrong API key).",
     ExitCode.NETWORK: "A backend or task app could not be reached, or the backend URL answers with a program that "
                       "is not a Synth backend (the message names its reply, e.g. `text/html 404`).",
@@ -44,7 +45,8 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.TIMEOUT: "A deadline passed before the operation finished: `--poll-timeout` (for `train`, the whole "
                       "command, retries included), `--timeout` (`files`, `jobs`, `models`) or a server that never "
                       "answered; the message names the URL.",
-    ExitCode.NOT_FOUND: "A named resource (job, file, model, task app) does not exist.",
+    ExitCode.NOT_FOUND: "A named resource (job, file, model, task app) does not exist, or a path given to the "
+                        "command (a config file, a dataset) is not there.",
     ExitCode.SERVER: "The server answered with an error it did not explain as bad input (5xx, malformed reply).",
     ExitCode.UNAVAILABLE: "The operation is not available here (missing optional dependency or capability).",
     ExitCode.ROLLOUTS_FAILED: "`eval`: some or all seeds errored or timed out (the rest were scored and stored).",
@@ -185,14 +187,6 @@ class ConfigError(InvalidInputError):
         message = f"{head}{count} {noun} found:\n" + "\n".join(f"  - {i.render()}" for i in errors)
         super().__init__(message, hint=hint, details={"issues": [i.to_dict() for i in issues]})
         self.issues = issues
-
-
-@dataclass
-class Diagnostics:
-    """Warnings and notes gathered while validating or resolving, shown before the result."""
-
-    warnings: list[ConfigIssue] = field(default_factory=list)
-    notes: list[ConfigIssue] = field(default_factory=list)
 
 
 def _show(value: Any) -> str:

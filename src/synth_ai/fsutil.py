@@ -114,3 +114,19 @@ def _swap_in(staging: Path, final: Path) -> None:
         os.replace(old, final)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive `flock` on `path` (created empty if missing) for the block: other processes, and other
+    threads of this one (the lock belongs to the open file description), wait until it ends."""
+    import fcntl
+
+    lock_path = Path(path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -17,7 +17,6 @@ CI runs a fixed derandomized budget per operation; `pytest -m soak` runs a large
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from backend_support import BackendProcess
+from backend_support import BackendProcess, serve_backend
 
 CANARY = f"escape-{uuid.uuid4().hex[:12]}"  # every hostile id carries it, so a file it created can be found
 HOSTILE_IDS = [f"../../{CANARY}", f"..%2F..%2F{CANARY}", f"%2e%2e%2f%2e%2e%2f{CANARY}", f"/tmp/{CANARY}",
@@ -56,16 +55,6 @@ def _escaped(server_root: Path) -> list[Path]:
     for top in (Path("/tmp"), Path(__file__).resolve().parents[2]):
         found += list(top.glob(pattern))
     return found
-
-
-@contextlib.contextmanager
-def _in_dir(path: Path) -> Iterator[None]:
-    before = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 def check_response(case: Any, response: Any) -> None:
@@ -161,14 +150,10 @@ def malformed_bodies(schema: Any, base_url: str, headers: dict[str, str]) -> int
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BackendProcess, Path]]:
     root = tmp_path_factory.mktemp("api-fuzz-backend")
-    (root / "cwd").mkdir()
-    proc = BackendProcess(root / "data", env={"SYNTH_AI_BACKEND_WARM_WORKER": "0", "HOME": str(root / "home")})
-    with _in_dir(root / "cwd"):  # the server's working directory: nothing may land here either
-        proc.start()
-    try:
+    (root / "cwd").mkdir()  # the server's working directory: nothing may land here, nor in its HOME
+    for proc in serve_backend(tmp_path_factory, "api-fuzz-backend", warm=False, env={"HOME": str(root / "user")},
+                              cwd=root / "cwd", folder=root):
         yield proc, root
-    finally:
-        proc.stop()
 
 
 def _backend_run(backend: tuple[BackendProcess, Path], budget: dict[str, Any]) -> None:

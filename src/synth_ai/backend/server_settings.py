@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from synth_ai.env.backend_url import DEFAULT_EMBEDDED_PORT
+from synth_ai.env.extras import pip_install
 from synth_ai.errors import InvalidInputError
 
 EXECUTORS = ("local", "torchrun", "modal")  # the names `--executor` takes; backend/executors registers one of each
@@ -211,7 +212,7 @@ def check_inference_engine(name: str) -> str:
 # How vLLM gets installed, and whether it is: here, below the inference layer, so that the backend's settings and
 # the engine choice (`inference.vllm_options`, which re-exports them) share one answer.
 VLLM_CPU_INSTALL_COMMAND = "./scripts/bootstrap.sh --vllm"
-VLLM_GPU_INSTALL_COMMAND = "pip install 'synth-ai[vllm]'"
+VLLM_GPU_INSTALL_COMMAND = pip_install("vllm")  # this synth-ai's own source, never the index's namesake
 
 
 def vllm_installed() -> bool:

@@ -14,6 +14,13 @@ TRACES_HELP = ("Trace database (SQLite file, or a folder of them) whose eval run
 EXECUTOR_HELP = ("What runs jobs: local (one worker process), torchrun (N local processes: data-parallel SFT and "
                  "GSPO) or modal (Modal GPUs; needs `modal token set`). Default: $SYNTH_AI_BACKEND_EXECUTOR, else "
                  "local. See docs/scale.md.")
+NNODES_HELP = ("Nodes a torchrun job spans (your own cluster; needs --executor torchrun and a data dir every node "
+               "shares). Default: $SYNTH_AI_BACKEND_TORCHRUN_NNODES, else 1. See docs/scale.md.")
+NODE_RANK_HELP = ("This node's rank, 0 .. nnodes-1: node 0 serves the API and launches jobs; the others serve "
+                  "nothing and join each job node 0 launches. Default: $SYNTH_AI_BACKEND_TORCHRUN_NODE_RANK, else 0.")
+MASTER_ADDR_HELP = ("Node 0's address that the other nodes reach (torchrun's rendezvous). Default: "
+                    "$SYNTH_AI_BACKEND_TORCHRUN_MASTER_ADDR, else 127.0.0.1.")
+MASTER_PORT_HELP = ("The rendezvous port on node 0. Default: $SYNTH_AI_BACKEND_TORCHRUN_MASTER_PORT, else 29500.")
 
 
 def register(app: typer.Typer) -> None:
@@ -30,13 +37,31 @@ def register(app: typer.Typer) -> None:
         log_level: str = typer.Option("info", "--log-level", help="uvicorn log level: debug, info, warning, error."),
         traces: list[str] = typer.Option(None, "--traces", help=TRACES_HELP),
         executor: str = typer.Option(None, "--executor", help=EXECUTOR_HELP),
+        nnodes: int = typer.Option(None, "--nnodes", min=1, help=NNODES_HELP),
+        node_rank: int = typer.Option(None, "--node-rank", min=0, help=NODE_RANK_HELP),
+        master_addr: str = typer.Option(None, "--master-addr", help=MASTER_ADDR_HELP),
+        master_port: int = typer.Option(None, "--master-port", min=1, max=65535, help=MASTER_PORT_HELP),
     ) -> None:
-        """Run the backend (API and dashboard at /) in the foreground until Ctrl-C."""
+        """Run the backend (API and dashboard at /) in the foreground until Ctrl-C; with --node-rank > 0, a node
+        that joins the torchrun jobs node 0 launches."""
         from synth_ai.backend.daemon import serve
+        from synth_ai.backend.executors.torchrun_command import NodePlace
         from synth_ai.backend.server_settings import BackendSettings
+        from synth_ai.errors import InvalidInputError
 
         out = output_of(ctx)
         settings = BackendSettings.load(host=host, port=port, traces=traces, executor=executor)
+        place = NodePlace.from_flags(nnodes, node_rank, master_addr, master_port)
+        if place.multi_node and settings.executor != "torchrun":
+            raise InvalidInputError(f"--nnodes {place.nodes} needs the torchrun executor; this backend's is "
+                                    f"{settings.executor}.", hint="Add `--executor torchrun` on every node.")
+        if place.node_rank > 0:
+            from synth_ai.backend.executors.node_follower import NodeFollower
+
+            out.info(f"node {place.node_rank} of {place.nodes}: joins the jobs node 0 "
+                     f"({place.master_addr}:{place.master_port}) launches; data dir {settings.data_dir}")
+            NodeFollower(settings, place.node_rank).serve()
+            return
 
         def ready(state: dict) -> None:
             from synth_ai.env.backend_keys import keys_path
@@ -50,6 +75,43 @@ def register(app: typer.Typer) -> None:
 
         serve(settings, log_level=log_level, on_ready=ready)
 
+    @group.command("slurm")
+    def slurm_cmd(
+        ctx: typer.Context,
+        config: str = typer.Option(..., "--config", help="Training TOML whose [compute] (nodes, gpu_count) sizes the "
+                                   "allocation; the script trains it."),
+        output: str = typer.Option(None, "--output", "-o", help="Write the script here (default: print it)."),
+        data_dir: str = typer.Option(None, "--data-dir", help="SYNTH_AI_HOME of the run, on a filesystem every node "
+                                     "shares. Default: this machine's data dir."),
+        partition: str = typer.Option(None, "--partition", help="SLURM partition (#SBATCH --partition)."),
+        time_limit: str = typer.Option("24:00:00", "--time", help="SLURM time limit, [days-]hours:minutes:seconds."),
+        master_port: int = typer.Option(29500, "--master-port", min=1, max=65535, help=MASTER_PORT_HELP),
+        json_flag: bool = json_option(),
+    ) -> None:
+        """Render a SLURM batch script that trains CONFIG across the nodes of one allocation (docs/scale.md)."""
+        from pathlib import Path
+
+        from synth_ai.backend.executors.slurm import render, request_from_config
+        from synth_ai.config.toml_source import load_toml
+        from synth_ai.env.paths import data_dir as default_data_dir
+        from synth_ai.fsutil import atomic_write_text
+
+        out = output_of(ctx, json_flag)
+        request = request_from_config(load_toml(config), Path(data_dir) if data_dir else default_data_dir(),
+                                      time=time_limit, partition=partition, master_port=master_port)
+        script = render(request)
+        if output:
+            atomic_write_text(Path(output), script)
+            Path(output).chmod(0o755)
+        doc = {"nodes": request.nodes, "gpus_per_node": request.gpu_count, "config": str(request.config),
+               "data_dir": str(request.data_dir), "output": str(Path(output).resolve()) if output else None,
+               "script": script}
+
+        def human(o) -> None:
+            o.info(f"Wrote {doc['output']}: submit it with `sbatch {output}`." if output else script.rstrip("\n"))
+
+        out.result(doc, human)
+
     @group.command("start")
     def start_cmd(
         ctx: typer.Context,
@@ -61,16 +123,16 @@ def register(app: typer.Typer) -> None:
         json_flag: bool = json_option(),
     ) -> None:
         """Start the backend in the background (pid and log under the data dir)."""
-        from synth_ai.backend.daemon import moved_notice, start
         from synth_ai.backend.server_settings import BackendSettings
+        from synth_ai.connect.embedded_backend import start_embedded_backend
 
         out = output_of(ctx, json_flag)
-        doc = start(BackendSettings.load(host=host, port=port, traces=traces, executor=executor), timeout=timeout)
+        settings = BackendSettings.load(host=host, port=port, traces=traces, executor=executor)
+        # --json: the moved port is the document's `port_taken`; stdout and stderr carry nothing else
+        doc = start_embedded_backend(settings, (lambda _m: None) if out.json_mode else out.info, timeout=timeout)
 
         def human(o) -> None:
             verb = "already running" if doc.get("already_running") else "started"
-            if doc.get("port_taken"):
-                o.info(moved_notice(doc))
             o.info(f"Backend {verb} at {doc['url']} (pid {doc['pid']}).")
             o.info(f"Log: {doc['log_file']}  Keys: {doc['key_file']}")
 

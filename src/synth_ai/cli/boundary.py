@@ -31,10 +31,12 @@ def fail(exc: BaseException, output) -> int:
     if _debug():
         raise exc
     if isinstance(exc, ImportError):
+        from synth_ai.env.extras import pip_install
+
         output.error(
             UnavailableError(
                 f"A dependency this command needs is not installed: {exc.name or exc}.",
-                hint="Install the extra it belongs to, e.g. `pip install 'synth-ai[train]' torch==2.13.0`.",
+                hint=f"Install the extra it belongs to, e.g. `{pip_install('train')} torch==2.13.0`.",
             )
         )
         return int(ExitCode.UNAVAILABLE)

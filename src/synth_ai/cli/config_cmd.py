@@ -32,8 +32,7 @@ def register(app: typer.Typer) -> None:
         json_flag: bool = json_option(),
     ) -> None:
         """Validate config files; report every problem with its file, line and key."""
-        from synth_ai.config.validate_files import validate_files
-        from synth_ai.errors import ExitCode
+        from synth_ai.config.validate_files import exit_code_of, validate_files
 
         out = output_of(ctx, json_flag)
         reports = validate_files(files, kind.value if kind else None, task_url=task_url,
@@ -56,8 +55,8 @@ def register(app: typer.Typer) -> None:
 
         valid = all(r.valid for r in reports)
         out.result({"files": [r.to_dict(with_resolved=show_resolved) for r in reports], "valid": valid}, human)
-        if not valid:
-            raise typer.Exit(int(ExitCode.INVALID_INPUT))
+        if not valid:  # the code `train` or `filter` would give the first failing file (a missing one: 8)
+            raise typer.Exit(int(exit_code_of(reports)))
 
     @group.command("schema")
     def schema(kind: ConfigKind = typer.Argument(..., help="rl, sft, eval or filter.")) -> None:

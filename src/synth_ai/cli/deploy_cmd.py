@@ -94,7 +94,8 @@ def register(app: typer.Typer) -> None:
                                  help="uvicorn: port (default 8001)."),
         reload: bool = typer.Option(False, "--reload/--no-reload", help="uvicorn: reload on code changes."),
         force: bool = typer.Option(False, "--force/--no-force",
-                                   help="uvicorn: stop the processes listening on the port first."),
+                                   help="uvicorn: stop synth-ai processes left on the port first (never another "
+                                        "program)."),
         trace: str = typer.Option(None, "--trace", help="uvicorn: directory for rollout traces."),
         trace_db: str = typer.Option(None, "--trace-db", help="uvicorn: traces v3 SQLite database path."),
         env_args: str = env_args_option(),

@@ -17,18 +17,20 @@ from synth_ai.cli.remote import backend_option, connect, env_file_option, timeou
 from synth_ai.cli.train import STREAM_FORMAT_HELP, StreamFormat
 
 
-class JobKind(str, Enum):
+class JobFamily(str, Enum):
+    """`--kind`: which route family a job is read through (the backend's registry of job kinds is `JobKind`)."""
+
     sft = "sft"
     rl = "rl"
 
 
-def _kind_option() -> JobKind | None:
+def _kind_option() -> JobFamily | None:
     return typer.Option(None, "--kind", help="Job family: sft (/learning/jobs) or rl (/rl/jobs). Default: the one "
                         "the id names (job_… sft, rljob_… rl); for an id of another shape, /learning/jobs, then "
                         "/rl/jobs.")
 
 
-def _kind_name(kind: JobKind | None) -> str | None:
+def _kind_name(kind: JobFamily | None) -> str | None:
     return kind.value if kind is not None else None
 
 
@@ -41,11 +43,12 @@ def _first_that_knows(families: tuple, call: Callable) -> tuple:
 def _check_can_plot(path: Path) -> None:
     """Before any request: Pillow is there and the file can be written."""
     from synth_ai.charts import pillow_available
+    from synth_ai.env.extras import pip_install
     from synth_ai.errors import InvalidInputError, UnavailableError
 
     if not pillow_available():
         raise UnavailableError("--plot draws with Pillow, which is not installed.",
-                               hint="pip install 'synth-ai[train]' (or just pillow), then run the command again.")
+                               hint=f"{pip_install('train')} (or just pillow), then run the command again.")
     if path.suffix.lower() != ".png":
         raise InvalidInputError(f"--plot {path}: the chart is a PNG; name the file *.png.", hint="e.g. --plot loss.png")
     if path.is_dir():
@@ -109,7 +112,7 @@ def register(app: typer.Typer) -> None:
         status: str = typer.Option(None, "--status", help="queued, running, succeeded, failed or cancelled."),
         type_: str = typer.Option(None, "--type", help="Job type, e.g. sft_offline."),
         limit: int = typer.Option(50, "--limit", min=1, max=1000, help="At most this many jobs."),
-        kind: JobKind = typer.Option(JobKind.sft, "--kind", help="Job family: sft (/learning/jobs, every job on "
+        kind: JobFamily = typer.Option(JobFamily.sft, "--kind", help="Job family: sft (/learning/jobs, every job on "
                                      "the embedded backend) or rl (/rl/jobs, RL jobs only)."),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
@@ -119,7 +122,7 @@ def register(app: typer.Typer) -> None:
         """List jobs, newest first."""
         out = output_of(ctx, json_flag)
         with _api_of(out, backend, env_file, timeout) as api:
-            doc = (api.rl if kind is JobKind.rl else api.sft).list(status=status, type_=type_, limit=limit)
+            doc = (api.rl if kind is JobFamily.rl else api.sft).list(status=status, type_=type_, limit=limit)
         rows = doc.get("jobs", doc.get("data", [])) if isinstance(doc, dict) else doc
 
         def human(o) -> None:
@@ -133,7 +136,7 @@ def register(app: typer.Typer) -> None:
     def get_job(
         ctx: typer.Context,
         job_id: str = typer.Argument(..., help="Job id."),
-        kind: JobKind | None = _kind_option(),
+        kind: JobFamily | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -155,7 +158,7 @@ def register(app: typer.Typer) -> None:
         poll_interval: float = _poll_interval_option(),
         poll_timeout: float = _poll_timeout_option(),
         stream_format: StreamFormat = _stream_format_option("With --follow: "),
-        kind: JobKind | None = _kind_option(),
+        kind: JobFamily | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -185,7 +188,7 @@ def register(app: typer.Typer) -> None:
         poll_interval: float = _poll_interval_option(),
         poll_timeout: float = _poll_timeout_option(),
         stream_format: StreamFormat = _stream_format_option(),
-        kind: JobKind | None = _kind_option(),
+        kind: JobFamily | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         json_flag: bool = json_option(),
@@ -204,7 +207,7 @@ def register(app: typer.Typer) -> None:
         after_step: int = typer.Option(-1, "--after-step", min=-1, help="Only points after this step."),
         plot: Path = typer.Option(None, "--plot", help="Also draw the loss, learning rate, reward and eval curves "
                                   "to this PNG file (needs Pillow: the train extra)."),
-        kind: JobKind | None = _kind_option(),
+        kind: JobFamily | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -235,7 +238,7 @@ def register(app: typer.Typer) -> None:
     def cancel(
         ctx: typer.Context,
         job_id: str = typer.Argument(..., help="Job id."),
-        kind: JobKind | None = _kind_option(),
+        kind: JobFamily | None = _kind_option(),
         backend: str = backend_option(),
         env_file: list[str] = env_file_option(),
         timeout: float = timeout_option(),
@@ -250,5 +253,5 @@ def register(app: typer.Typer) -> None:
 
     from synth_ai.cli.jobs_log_cmd import register_log
 
-    register_log(group, JobKind, _kind_option, _kind_name, _api_of, _first_that_knows)
+    register_log(group, JobFamily, _kind_option, _kind_name, _api_of, _first_that_knows)
     app.add_typer(group, name="jobs")

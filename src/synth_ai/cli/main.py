@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     from synth_ai.cli.quick_validate import parse_validate_call
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args:  # a bare `synth-ai` is a request for help, not a usage error (as with git, docker, uv)
+        args = ["--help"]
     call = parse_validate_call(args)
     if call is not None:
         return call.run()

@@ -88,15 +88,13 @@ def register(app: typer.Typer) -> None:
 
 def _fine_tuned_models(out, backend_flag: str | None, timeout: float | None) -> tuple[list[dict], str | None]:
     """Fine-tuned models from `--backend`, or from the embedded backend when one runs here (never started)."""
-    from synth_ai.client.connect import open_api
+    from synth_ai.connect.embedded_backend import open_api, running_embedded_backend
     from synth_ai.env.backend_url import resolve_backend
     from synth_ai.errors import SynthError
 
     target = resolve_backend(backend_flag)
     if backend_flag is None and target.embedded:
-        from synth_ai.backend.daemon import find_local_backend
-
-        if find_local_backend() is None:
+        if running_embedded_backend() is None:
             return [], None
     try:
         api, target = open_api(target, say=out.info, autostart=False)

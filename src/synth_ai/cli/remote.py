@@ -31,7 +31,7 @@ def connect(out, backend: str | None, env_files: list[str] | None = None, timeou
             autostart: bool = False):
     """The API of the command's backend; `autostart`: start the embedded backend when it is the target and none
     runs (commands that need what only the backend has: its models)."""
-    from synth_ai.client.connect import open_api
+    from synth_ai.connect.embedded_backend import open_api
     from synth_ai.env.backend_url import resolve_backend
     from synth_ai.env.dotenv_files import load_command_env
 

@@ -12,10 +12,13 @@ from synth_ai.cli.app import json_option, output_of
 from synth_ai.cli.env_args import apply_env_args, env_args_option
 
 DEFAULT_INFO_BASE = "http://127.0.0.1:8001"
+API_KEY_HELP = ("Key to present (default: ENVIRONMENT_API_KEY from the environment, else the nearest .env, else the "
+                "one `synth-ai setup` saved).")
 
 
 def _serve(ctx: typer.Context, app_id: str | None, host: str, port: int | None, env_file: list[str] | None,
            reload: bool, force: bool, trace: str | None, trace_db: str | None, env_args: str | None) -> None:
+    from synth_ai.connect.env_key_share import share_for_serve
     from synth_ai.taskapp.serving import DEFAULT_PORT, serve_task_app
 
     out = output_of(ctx)
@@ -25,7 +28,7 @@ def _serve(ctx: typer.Context, app_id: str | None, host: str, port: int | None, 
         if sys.stdin is not None and sys.stdin.isatty():
             port = int(typer.prompt("Port to serve on", default=DEFAULT_PORT))
     serve_task_app(app_id, host=host, port=port, env_files=env_file or [], reload=reload, force=force,
-                   trace_dir=trace, trace_db=trace_db, echo=out.info)
+                   trace_dir=trace, trace_db=trace_db, echo=out.info, share_key=share_for_serve(out.info))
 
 
 def _serve_command(group: typer.Typer, name: str) -> None:
@@ -39,7 +42,8 @@ def _serve_command(group: typer.Typer, name: str) -> None:
         env_file: list[str] = typer.Option(None, "--env-file", help="A .env file to load (repeatable; must exist)."),
         reload: bool = typer.Option(False, "--reload/--no-reload", help="Restart when the app's files change."),
         force: bool = typer.Option(False, "--force/--no-force",
-                                   help="Stop the processes listening on the port first (by pid)."),
+                                   help="Stop synth-ai processes left listening on the port first (by pid); "
+                                   "another program's port is never touched."),
         trace: str = typer.Option(None, "--trace", help="Record rollouts: directory for traces and SFT JSONL "
                                   "(database defaults to DIR/synth_ai.db)."),
         trace_db: str = typer.Option(None, "--trace-db", help="Record rollouts into this traces v3 SQLite file."),
@@ -82,10 +86,11 @@ def register(app: typer.Typer) -> None:
         url: str = typer.Option(None, "--url", help="Check an app already running at this base URL."),
         port: int = typer.Option(0, "--port", min=0, max=65535,
                                  help="Port for the in-process app (0: a free port)."),
-        api_key: str = typer.Option(None, "--api-key", help="Key to present (default: $ENVIRONMENT_API_KEY)."),
+        api_key: str = typer.Option(None, "--api-key", help=API_KEY_HELP),
         min_instances: int = typer.Option(10, "--min-instances", min=0,
                                           help="Seeds 0..N-1 must each yield a task instance."),
-        timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds per request."),
+        timeout: float = typer.Option(10.0, "--timeout", min=0.1,
+                                      help="Seconds per request; the task instances request gets this per seed."),
         inference_url: str = typer.Option(None, "--inference-url",
                                           help="With --model: run one real rollout against this model endpoint."),
         model: str = typer.Option(None, "--model", help="Model name for the real rollout."),
@@ -124,7 +129,7 @@ def register(app: typer.Typer) -> None:
                                      "at --base)."),
         base: str = typer.Option(None, "--base", help="Task app base URL (default: $TASK_APP_BASE_URL or "
                                  f"{DEFAULT_INFO_BASE})."),
-        api_key: str = typer.Option(None, "--api-key", help="Key to present (default: $ENVIRONMENT_API_KEY)."),
+        api_key: str = typer.Option(None, "--api-key", help=API_KEY_HELP),
         seed: list[int] = typer.Option(None, "--seed", help="A seed to describe (repeatable)."),
         timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds to wait."),
         env_args: str = env_args_option(),
@@ -165,17 +170,18 @@ def register(app: typer.Typer) -> None:
 
 
 def _key_and_aliases(api_key: str | None) -> tuple[str, list[str]]:
-    """The key to present: --api-key alone, or ENVIRONMENT_API_KEY (+ ENVIRONMENT_API_KEY_ALIASES in X-API-Keys)."""
+    """The key to present: --api-key alone, or the ENVIRONMENT_API_KEY every command resolves alike (environment,
+    nearest .env, setup's config.json), with ENVIRONMENT_API_KEY_ALIASES in X-API-Keys."""
+    from synth_ai.env.environment_key import missing_key_hint, resolve_environment_key
     from synth_ai.errors import AuthError
-    from synth_ai.taskapp.auth import allowed_environment_api_keys
 
     if api_key:
         return api_key, []
-    allowed = allowed_environment_api_keys()
-    if not allowed:
+    key = resolve_environment_key()
+    if key is None:
         raise AuthError("Missing API key. Provide --api-key or set ENVIRONMENT_API_KEY.",
-                        hint="Run `synth-ai setup --local`, or pass --api-key.")
-    return allowed[0], allowed[1:]
+                        hint=missing_key_hint())
+    return key.value, list(key.aliases)
 
 
 def _check_error(result):
@@ -206,6 +212,7 @@ def _app_in_process(app_id: str | None, port: int, api_key: str | None) -> Itera
     import os
     import secrets
 
+    from synth_ai.env.environment_key import resolve_environment_key
     from synth_ai.taskapp.auth import allowed_environment_api_keys, normalize_environment_api_key
     from synth_ai.taskapp.server import create_task_app
     from synth_ai.taskapp.serving import resolve_entry, running_in_background
@@ -215,8 +222,10 @@ def _app_in_process(app_id: str | None, port: int, api_key: str | None) -> Itera
     normalize_environment_api_key(log=False)
     saved = os.environ.get("ENVIRONMENT_API_KEY")
     if not allowed_environment_api_keys():
-        # The app runs here, for this check only: give it a one-off key rather than asking for one.
-        os.environ["ENVIRONMENT_API_KEY"] = api_key or secrets.token_hex(16)
+        # The app runs here, for this check only: the key given or saved (the one presented), else a one-off key
+        # rather than asking for one.
+        resolved = None if api_key else resolve_environment_key()
+        os.environ["ENVIRONMENT_API_KEY"] = api_key or (resolved.value if resolved else secrets.token_hex(16))
     try:
         key, aliases = _key_and_aliases(api_key)
         app = create_task_app(entry.config_factory(), tracing=TracingSettings.disabled())

@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         options = TrainOptions(
             configs=list(config or []), type=type_.value, env_files=list(env_file or []), task_url=task_url,
             dataset=dataset, backend=backend, model=model, allow_experimental=allow_experimental,
-            idempotency=idempotency, examples=examples,
+            idempotency=idempotency, examples=examples, dry_run=dry_run,
         )
         prepared = prepare_training(options, choose)
         if dry_run:
@@ -83,7 +83,7 @@ def _submit_and_follow(out, prepared, options, *, poll: bool, poll_interval: flo
     import time
 
     from synth_ai.cli.follow_view import follow_and_report
-    from synth_ai.client.connect import open_api
+    from synth_ai.connect.embedded_backend import open_api
     from synth_ai.client.follow_common import resume_command
     from synth_ai.client.idempotency import IdempotencyStore
     from synth_ai.train.capability import ensure_backend_can_train, released_on_refusal, rerun_command

@@ -59,6 +59,8 @@ def update_line(update: Update, *, show_all_events: bool = False) -> str | None:
         return line
     if update.kind == "metric":
         return f"{data.get('name')}={number(data.get('value'))} (step={data.get('step')})"
+    if update.kind == "notice":  # the follower's own (waiting for a backend), not one of the job's events
+        return f"{data.get('type')} ({data.get('level', 'info')}): {data.get('message', '')}"
     return f"timeline={data.get('phase')}"
 
 

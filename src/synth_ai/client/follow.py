@@ -19,14 +19,12 @@ from typing import Any
 
 from synth_ai.client.follow_common import (
     TRANSIENT_ERRORS,
+    Contact,
     FollowResult,
     JobStatus,
     Update,
-    command_deadline_passed,
     confirm_end,
     deadline_error,
-    hung_call_error,
-    lost_contact_error,
     read_end,
     status_text,
 )
@@ -64,7 +62,7 @@ def follow_job(
     seen_timeline: set[tuple[str, str]] = set()
     last_status: str | None = None
     terminal: JobStatus | None = None
-    failures = 0
+    contact = Contact(jobs, job_id, max_consecutive_errors, on_update)
     job: dict[str, Any] = {}
     event_model: str | None = None
     while True:
@@ -100,13 +98,9 @@ def follow_job(
                 if key not in seen_timeline:
                     seen_timeline.add(key)
                     on_update(Update("timeline", entry))
-            failures = 0
+            contact.answered()
         except TRANSIENT_ERRORS as exc:
-            if command_deadline_passed(exc):
-                raise hung_call_error(jobs, job_id, exc) from None
-            failures += 1
-            if failures >= max_consecutive_errors:
-                raise lost_contact_error(jobs, job_id, failures, exc) from None
+            contact.failed(exc)
         parsed = JobStatus.parse(last_status)
         if terminal is not None and terminal_seen_at is None:
             terminal_seen_at = clock()
@@ -121,7 +115,7 @@ def follow_job(
         if clock() >= deadline:
             raise deadline_error(jobs, job_id, last_status, timeout)
         if not backlog:
-            wait = interval if terminal_seen_at is None else min(interval, 0.5)
+            wait = contact.pause(interval if terminal_seen_at is None else min(interval, 0.5))
             sleep(max(0.0, min(wait, deadline - clock())))
 
     return confirm_end(jobs, job_id, job, terminal, event_model)

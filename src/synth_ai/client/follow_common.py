@@ -7,12 +7,16 @@ this module, so neither imports the other's internals.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+from urllib.parse import urlsplit
 
-from synth_ai.client.resources import Jobs, kind_of_job_id
+from synth_ai.client.resources import Jobs
+from synth_ai.env.exposure import is_loopback
 from synth_ai.errors import DeadlineError, NetworkError, RateLimitError, ServerError, SynthError
+from synth_ai.models.job_ids import kind_of_job_id
 
 # What a poll may fail with and still be tried again at the next interval (a run of them ends the follow).
 TRANSIENT_ERRORS = (NetworkError, ServerError, DeadlineError, RateLimitError)
@@ -56,7 +60,7 @@ TERMINAL_EVENTS = {
 
 @dataclass
 class Update:
-    kind: str  # "status" | "event" | "metric" | "timeline"
+    kind: str  # "status" | "event" | "metric" | "timeline" | "notice" (the follower's own, e.g. waiting for a backend)
     data: dict[str, Any]
 
 
@@ -123,6 +127,50 @@ def lost_contact_error(jobs: Jobs, job_id: str, failures: int, last: SynthError)
     return NetworkError(f"Lost contact with the backend while following job {job_id} ({failures} failures in a row; "
                         f"last: {last.message})", hint=f"The job keeps running. Resume with: "
                         f"{resume_command(job_id, jobs)}", details={"job_id": job_id})
+
+
+LOCAL_RETRY_S = 1.0  # between tries while a backend on this machine is down (restarting: seconds to a minute)
+EV_WAITING = "client.backend.waiting"
+EV_BACK = "client.backend.back"
+
+
+class Contact:
+    """The rule for a run of failed calls. Against a remote backend, `max_errors` in a row end the follow. A
+    backend on this machine (a loopback address) that stops answering is usually restarting (killed, crashed,
+    `backend restart`) and resumes its jobs when it is back: the follower says once that it waits, keeps trying
+    until the command's deadline (`--poll-timeout`, checked by the caller), and says when it is back."""
+
+    def __init__(self, jobs: Jobs, job_id: str, max_errors: int, on_update: Callable[[Update], None]) -> None:
+        self.jobs, self.job_id, self.max_errors, self.on_update = jobs, job_id, max_errors, on_update
+        self.local = is_loopback(urlsplit(jobs.t.api_base).hostname or "")
+        self.failures = 0
+        self.waiting = False
+
+    def failed(self, exc: SynthError) -> None:
+        """Count a transient failure; raise when it ends the follow."""
+        if command_deadline_passed(exc):
+            raise hung_call_error(self.jobs, self.job_id, exc) from None
+        self.failures += 1
+        if self.failures < self.max_errors:
+            return  # a dropped connection or a short hiccup: try again quietly
+        if not (self.local and isinstance(exc, NetworkError)):
+            raise lost_contact_error(self.jobs, self.job_id, self.failures, exc) from None
+        if not self.waiting:
+            self.waiting = True
+            self.on_update(Update("notice", {
+                "type": EV_WAITING, "level": "warning", "error": exc.message,
+                "message": f"The backend at {self.jobs.t.api_base} stopped answering ({exc.message}); waiting for "
+                           "it to come back (a restarted backend resumes the job) until the poll timeout"}))
+
+    def answered(self) -> None:
+        if self.waiting:
+            self.on_update(Update("notice", {"type": EV_BACK, "level": "info",
+                                             "message": f"The backend answers again; following job {self.job_id}"}))
+        self.failures, self.waiting = 0, False
+
+    def pause(self, usual: float) -> float:
+        """How long to wait before the next try."""
+        return max(usual, LOCAL_RETRY_S) if self.waiting else usual
 
 
 def confirm_end(jobs: Jobs, job_id: str, job: dict[str, Any], terminal: JobStatus | None,

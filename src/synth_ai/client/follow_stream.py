@@ -18,14 +18,13 @@ from typing import Any
 
 from synth_ai.client.follow_common import (
     TRANSIENT_ERRORS,
+    Contact,
     FollowResult,
     JobStatus,
     Update,
     command_deadline_passed,
     confirm_end,
     deadline_error,
-    hung_call_error,
-    lost_contact_error,
     read_end,
     status_text,
 )
@@ -85,7 +84,7 @@ def stream_job(
     deadline = clock() + timeout
     cursor: str | None = None
     opened = False
-    failures = 0
+    contact = Contact(jobs, job_id, max_consecutive_errors, on_update)
     last_status: str | None = None
     terminal: JobStatus | None = None
     event_model: str | None = None
@@ -98,7 +97,9 @@ def stream_job(
         try:
             with contextlib.closing(lines):
                 for frame in parse_frames(lines):
-                    opened, failures = True, 0
+                    if not opened or contact.failures:
+                        contact.answered()
+                    opened = True
                     cursor = frame.id or cursor
                     if frame.kind == "end":
                         return confirm_end(jobs, job_id, job, terminal, event_model)
@@ -116,14 +117,10 @@ def stream_job(
                         raise deadline_error(jobs, job_id, last_status, timeout)
             raise NetworkError(f"The event stream of job {job_id} closed before the job ended.")
         except TRANSIENT_ERRORS as exc:  # the poller's rule: reconnect, and a run of them ends the follow
-            if command_deadline_passed(exc):
-                raise hung_call_error(jobs, job_id, exc) from None
-            if clock() >= deadline:
+            if clock() >= deadline and not command_deadline_passed(exc):
                 raise deadline_error(jobs, job_id, last_status, timeout) from None
-            failures += 1
-            if failures >= max_consecutive_errors:
-                raise lost_contact_error(jobs, job_id, failures, exc) from None
-            sleep(min(RECONNECT_DELAY_S, max(0.0, deadline - clock())))
+            contact.failed(exc)
+            sleep(min(contact.pause(RECONNECT_DELAY_S), max(0.0, deadline - clock())))
         except SynthError as exc:
             if not opened and (exc.details or {}).get("status") in NO_STREAM_STATUSES:
                 raise StreamUnavailable(exc.message) from None

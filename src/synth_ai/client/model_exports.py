@@ -7,9 +7,11 @@ drops mid-file is resumed from the bytes already written (`Range`), a few times 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,13 +26,34 @@ LIST_HINT = "Run `synth-ai models list` for the models of this backend."
 
 
 def check_destination(out_dir: Path, *, force: bool) -> None:
-    """Refuse a non-empty `out_dir` (or a file there) unless `force`: nothing is asked of the backend first."""
+    """Refuse a non-empty `out_dir` (or a file there) unless `force`, and a place this process cannot write:
+    nothing is asked of the backend first."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InvalidInputError(f"{out_dir} exists and is not a folder.", hint="Pick another --out.")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise InvalidInputError(f"{out_dir} is not empty; the export would mix with its files.",
                                 hint="Pick an empty or new folder, or pass --force to replace it.",
                                 details={"out": str(out_dir)})
+    parent = out_dir.resolve().parent
+    try:  # the files are written beside --out first (then renamed into place): that folder must take them
+        parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.probe.", dir=parent).cleanup()
+    except OSError as exc:
+        raise unwritable_destination(out_dir, exc) from None
+
+
+def unwritable_destination(out_dir: Path, exc: OSError) -> InvalidInputError:
+    """`--out` could not be written (read-only, not a folder, disk full): what failed and what to do."""
+    code = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    blocker = Path(exc.filename) if isinstance(exc.filename, str) else None
+    if blocker is not None and exc.errno in (errno.EEXIST, errno.ENOTDIR) and blocker.is_file():
+        cause = f"{blocker} is a file, not a folder"
+    else:
+        cause = f"{exc.strerror or exc} [{code}]" + (f" ({blocker})" if blocker is not None else "")
+    hint = ("Free space on that disk, or pick another --out."
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "Pick a folder this user can write as --out.")
+    return InvalidInputError(f"Cannot write the export to --out {out_dir}: {cause}. Nothing was left there.",
+                             hint=hint, details={"out": str(out_dir), "errno": code})
 
 
 def request_export(api: SynthAPI, model_id: str, *, merge: bool) -> dict[str, Any]:
@@ -57,6 +80,15 @@ def download_export(api: SynthAPI, manifest: dict[str, Any], out_dir: Path, *,
                     on_file: Callable[[str, int], None] | None = None) -> Path:
     """Every file of the export into `out_dir` (replacing what is there: `check_destination` came first)."""
     out_dir = out_dir.resolve()
+    try:
+        _download_into(api, manifest, out_dir, on_file)
+    except OSError as exc:  # the local side: the network's errors are NetworkError, not OSError
+        raise unwritable_destination(out_dir, exc) from None
+    return out_dir
+
+
+def _download_into(api: SynthAPI, manifest: dict[str, Any], out_dir: Path,
+                   on_file: Callable[[str, int], None] | None) -> None:
     with publish_folder(out_dir, durable=True) as staging:
         os.chmod(staging, 0o777 & ~_umask())  # the temp folder is private (0700); the result is an ordinary one
         for item in manifest["files"]:
@@ -70,7 +102,6 @@ def download_export(api: SynthAPI, manifest: dict[str, Any], out_dir: Path, *,
             config = json.loads(config_path.read_text())
             config["base_model_name_or_path"] = str(out_dir / manifest["local_base"])
             config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    return out_dir
 
 
 def _umask() -> int:

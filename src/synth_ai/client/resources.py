@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from synth_ai.client.transport import Transport
 from synth_ai.client.uploads import multipart_file_body
 from synth_ai.errors import NotFoundError, ServerError
+from synth_ai.models.job_ids import kind_of_job_id
 
 T = TypeVar("T")
 
@@ -79,15 +80,18 @@ class Jobs:
         return self.t.post_json(f"{self.prefix}/{job_id}/start", {}, idempotency_key=idempotency_key)
 
     def get(self, job_id: str) -> dict[str, Any]:
-        """The job; RL jobs fall back to `/learning/jobs` and `/orchestration/jobs` as the reference did."""
-        last: NotFoundError | None = None
+        """The job; RL jobs fall back to `/learning/jobs` and `/orchestration/jobs` as the reference did.
+
+        When no route knows it, the family's own answer is raised ("job ... not found"): a fallback's 404 may only
+        say that this backend has no such route, which reads as a fault rather than an unknown id."""
+        first: NotFoundError | None = None
         for prefix in (self.prefix, *self.fallbacks):
             try:
                 return self.t.get_json(f"{prefix}/{job_id}")
             except NotFoundError as exc:
-                last = exc
-        assert last is not None
-        raise last
+                first = first or exc
+        assert first is not None
+        raise first
 
     def events(self, job_id: str, *, since_seq: int = 0, limit: int = 200) -> list[dict[str, Any]]:
         doc = self.t.get_json(f"{self.prefix}/{job_id}/events", params={"since_seq": since_seq, "limit": limit})
@@ -155,14 +159,6 @@ class RL(Jobs):
         return self.t.post_json("/rl/verify_task_app", {"endpoint_base_url": task_url})
 
 
-def kind_of_job_id(job_id: str) -> str | None:
-    """The kind a job id names by its prefix, as the embedded backend makes them (`job_…` SFT, `rljob_…` RL); None
-    for an id of another shape (a hosted backend's)."""
-    from synth_ai.backend.jobs.kinds import KINDS
-
-    return next((kind.name for kind in KINDS.values() if job_id.startswith(f"{kind.id_prefix}_")), None)
-
-
 def says_rl(job: Any) -> bool:
     """Whether a job document describes an RL job (`job_type` rl, or a training type such as rl_online)."""
     if not isinstance(job, dict):
@@ -216,3 +212,7 @@ class SynthAPI:
 
     def models(self) -> Any:
         return self.transport.get_json("/learning/models")
+
+    def chat_completion(self, body: dict[str, Any]) -> Any:
+        """`POST /inference/v1/chat/completions` (OpenAI's body and answer). It creates nothing, so it may repeat."""
+        return self.transport.post_json("/inference/v1/chat/completions", body, repeatable=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
@@ -58,6 +58,8 @@ class TopologySection(BaseModel):
     gpus_for_ref: NonNegativeInt | None = None
     tensor_parallel: PositiveInt | None = None
     reference_placement: str | None = None
+    # issue 39 item 2, the split topology: rollouts in a separate inference process (also on a CPU)
+    separate_inference: bool | None = None
 
 
 class ComputeSection(BaseModel):
@@ -98,13 +100,17 @@ class PolicySection(BaseModel):
 
 
 class PolicyRuntimeSection(BaseModel):
-    """Per-rollout policy settings (`[rollout.policy_config]`, eval `policy_config`)."""
+    """Per-rollout policy settings (`[rollout.policy_config]`, eval `policy_config`). The table goes to the task
+    app's policy, which may read keys of its own (0.2.17 typed it as a plain table): a key like none of these is
+    sent as written, while one that looks like one of them is refused as a typo (`diagnostics.check_unknown_keys`)."""
 
     model_config = SECTION
+    takes_other_keys: ClassVar[bool] = True
     model: str | None = None
     inference_url: str | None = None
     temperature: FiniteFloat | None = None
     top_p: Ratio | None = None
+    top_k: PositiveInt | None = None
     max_tokens: PositiveInt | None = None
     max_llm_calls: PositiveInt | None = None
     thinking_mode: ThinkingMode | None = None

@@ -1,7 +1,7 @@
 """Turning validation failures into located, actionable issues, and collecting them.
 
 Three sources of issues feed one `Findings` list per file: pydantic's type errors (all of them, not only the
-first), cross-field rules written in each schema module, and unknown keys that look like typos of known ones.
+first), cross-field rules written in each schema module, and unknown keys (with the known key each looks like).
 """
 
 from __future__ import annotations
@@ -157,9 +157,9 @@ def _fix_for(kind: str, path: KeyPath) -> str | None:
 
 
 def validate_section(findings: Findings, model: type[BaseModel], data: Any, root: KeyPath = ()) -> BaseModel | None:
-    """Validate `data` with `model`, recording errors; also warn about keys that look like typos."""
+    """Validate `data` with `model`, recording errors, unknown keys among them."""
     if isinstance(data, dict):
-        warn_unknown_keys(findings, model, data, root)
+        check_unknown_keys(findings, model, data, root)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -176,22 +176,38 @@ def checked_data(validated: BaseModel | None, raw: dict[str, Any]) -> dict[str, 
     return validated.model_dump(mode="python", exclude_none=True, by_alias=True)
 
 
-def warn_unknown_keys(findings: Findings, model: type[BaseModel], data: dict[str, Any], root: KeyPath) -> None:
+def check_unknown_keys(findings: Findings, model: type[BaseModel], data: dict[str, Any], root: KeyPath) -> None:
+    """Every key of a table the schema defines must be one of its keys, at any depth: a misspelt key would
+    otherwise be ignored while its intended setting keeps its default (`max_stalenes = 2` trained synchronously).
+    Tables the schema leaves open (`env_config`, `tags`, `rewards`, ...) are the task app's or the user's; a model
+    with `takes_other_keys` refuses only keys that look like its own."""
     known = _field_names(model)
     for key, value in data.items():
         if key in known:
             nested = _nested_model(model, key)
             if nested is not None and isinstance(value, dict):
-                warn_unknown_keys(findings, nested, value, root + (key,))
+                check_unknown_keys(findings, nested, value, root + (key,))
             elif nested is not None and isinstance(value, list):
                 for index, item in enumerate(value):
                     if isinstance(item, dict):
-                        warn_unknown_keys(findings, nested, item, root + (key, index))
+                        check_unknown_keys(findings, nested, item, root + (key, index))
             continue
-        guess = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
+        names = sorted({info.alias or name for name, info in model.model_fields.items()})
+        open_table = getattr(model, "takes_other_keys", False)  # such a table's other keys are the task app's
+        guess = difflib.get_close_matches(key, names, n=1, cutoff=0.75 if open_table else 0.6)
         if guess:
-            findings.warn(root + (key,), f"unknown key (forwarded as-is); did you mean `{guess[0]}`?",
-                          fix=f"rename `{key}` to `{guess[0]}` if that is what you meant")
+            findings.error(root + (key,), f"unknown key; did you mean `{guess[0]}`?",
+                           fix=f"rename `{key}` to `{guess[0]}`")
+        elif not open_table:
+            findings.error(root + (key,), "unknown key", fix=_known_keys_fix(names, root))
+
+
+def _known_keys_fix(names: list[str], root: KeyPath) -> str:
+    """What to do about a key like no known one: remove it, seeing the keys its table takes."""
+    where = f"[{'.'.join(str(p) for p in root)}]" if root else "the top level"
+    if len(names) <= 12:
+        return f"remove it; {where} takes: {', '.join(names)}"
+    return f"remove it; `synth-ai config schema` lists the keys {where} takes"
 
 
 def _is_table_field(model: type[BaseModel], loc: KeyPath) -> bool:

@@ -23,7 +23,8 @@ from synth_ai.config.fields import (
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.logging_schema import LoggingSection
 from synth_ai.config.toml_source import TomlSource
-from synth_ai.models.registry import find_model, resolve_model
+from synth_ai.errors import InvalidInputError
+from synth_ai.models.registry import FINE_TUNED_PREFIXES, ModelInfo, resolve_model
 
 
 class EvalConfig(BaseModel):
@@ -82,15 +83,7 @@ def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     logging = validate_section(findings, LoggingSection, data["logging"], ("logging",)) \
         if root and "logging" in data else None
     _check_judges(findings, cfg, root)
-    info = None
-    model = cfg.get("model")
-    if isinstance(model, str) and model.strip():
-        info = find_model(model)
-        if info is None and ":" in model:
-            try:
-                info = resolve_model(model).base
-            except Exception:  # eval may target any OpenAI-compatible model: unknown ids are fine here
-                info = None
+    info = _check_model(findings, cfg, root)
     model_rules.check_eval(findings, info, root, cfg)
     findings.raise_if_errors()
     assert validated is not None
@@ -100,6 +93,39 @@ def load_eval(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     if info is not None:
         resolved["model"] = resolve_model(str(cfg["model"])).canonical
     return LoadedConfig(kind="eval", source=source, resolved=resolved, issues=findings.issues)
+
+
+def names_model_endpoint(cfg: dict[str, Any]) -> bool:
+    """Whether the [eval] table names its own model endpoint (`inference_url` at the top, in `policy` or in
+    `policy_config`, the later winning as the policy config merges them); otherwise a Synth backend serves the
+    model."""
+    url = None
+    for table in (cfg, cfg.get("policy"), cfg.get("policy_config")):
+        if isinstance(table, dict) and table.get("inference_url") is not None:
+            url = table["inference_url"]
+    return bool(url)
+
+
+def _check_model(findings: Findings, cfg: dict[str, Any], root: KeyPath) -> ModelInfo | None:
+    """The registry entry of the model. A model a Synth backend serves must be one it has: the rule and message
+    `train` applies (a typo stops here, with the closest ids, before any rollout). A model at the config's own
+    `inference_url` may be anything that server knows, and a fine-tuned or imported id (`ft:`, `rl:`, `imported:`)
+    one the backend holds: it may continue a model no registry lists (one built or imported there), so the backend
+    decides, as it does for `train`."""
+    model = cfg.get("model")
+    if not isinstance(model, str) or not model.strip():
+        return None
+    try:
+        return resolve_model(model).base
+    except InvalidInputError as exc:
+        if not names_model_endpoint(cfg) and not _names_a_trained_model(model):
+            findings.error_found(root + ("model",), exc.message, model, fix=exc.hint)
+        return None
+
+
+def _names_a_trained_model(model: str) -> bool:
+    head, sep, _ = model.strip().partition(":")
+    return bool(sep) and head.lower() in FINE_TUNED_PREFIXES
 
 
 def _check_judges(findings: Findings, cfg: dict[str, Any], root: KeyPath) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-KINDS = ("rl", "sft", "eval", "filter")
+CONFIG_KINDS = ("rl", "sft", "eval", "filter")  # kinds of config file (not the backend's job kinds)
 # `[training].mode` values of an SFT config (the documented ones and their aliases); no RL config uses them.
 FULL_MODES = {"full_finetune", "full", "fft"}
 LORA_MODES = {"lora", "peft", "qlora"}

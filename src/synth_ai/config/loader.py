@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from synth_ai.config.common import ResolveContext
-from synth_ai.config.kinds import KINDS, infer_kind
+from synth_ai.config.kinds import CONFIG_KINDS, infer_kind
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.toml_source import load_toml
 from synth_ai.errors import ConfigError, ConfigIssue, InvalidInputError
@@ -20,8 +20,8 @@ def load_config(path: str | Path, kind: str | None = None, ctx: ResolveContext |
 
     loaders = {"rl": load_rl, "sft": load_sft, "eval": load_eval, "filter": load_filter}
     source = load_toml(path)
-    if kind is not None and kind not in KINDS:
-        raise InvalidInputError(f"Unknown config kind {kind!r}.", hint=f"Use one of: {', '.join(KINDS)}.")
+    if kind is not None and kind not in CONFIG_KINDS:
+        raise InvalidInputError(f"Unknown config kind {kind!r}.", hint=f"Use one of: {', '.join(CONFIG_KINDS)}.")
     chosen = kind or infer_kind(source.data)
     if chosen is None:
         issue = ConfigIssue(

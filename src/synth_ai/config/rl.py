@@ -21,6 +21,7 @@ from synth_ai.config.diagnostics import Findings, checked_data, validate_section
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.rl_schema import RLConfig
 from synth_ai.config.toml_source import TomlSource
+from synth_ai.config.unused_keys import note_unused_keys
 from synth_ai.errors import InvalidInputError
 from synth_ai.models.registry import check_trainable, experimental_allowed, resolve_model
 
@@ -34,6 +35,7 @@ def load_rl(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     findings = Findings(source)
     validated = validate_section(findings, RLConfig, source.data)
     data = checked_data(validated, source.data)
+    note_unused_keys(findings, "rl", data)
     _check_algorithm(findings, data)
     _check_required_sections(findings, data)
     model_key, model_id = _check_model_choice(findings, data, ctx)
@@ -165,11 +167,33 @@ def _check_topology(findings: Findings, data: dict[str, Any]) -> None:
                                  f"the topology uses {used} GPUs but [compute] provides {available}", used,
                                  fix="lower gpus_for_vllm/gpus_for_training/gpus_for_ref or raise "
                                      "[compute].gpu_count")
+        elif (conflict := topology_conflict(data)) is not None:  # within [compute], but none left to train on
+            path, message, found, fix = conflict
+            findings.error_found(path, message, found, fix=fix)
         if isinstance(tp_vllm, int) and tp_vllm > 0 and isinstance(topology.get("gpus_for_vllm"), int) \
                 and topology["gpus_for_vllm"] % tp_vllm:
             findings.error_found(where + ("gpus_for_vllm",),
                                  f"must be a multiple of the tensor-parallel degree ({tp_vllm})",
                                  topology["gpus_for_vllm"], fix="give vLLM a multiple of tensor_parallel GPUs")
+
+
+def topology_conflict(data: dict[str, Any]) -> tuple[tuple[str, ...], str, Any, str] | None:
+    """(key path, what is wrong, found, fix) when the split topology's inference engines take every GPU of
+    `[compute]` (issue 39 item 2: `gpus_for_vllm >= gpu_count x nodes` leaves none to train on); None otherwise.
+    Checked by `config validate` and `train`, and again when the backend creates the job."""
+    compute = table(data, "compute")
+    topology = table(data, "topology") or table(compute, "topology")
+    where = ("topology",) if table(data, "topology") else ("compute", "topology")
+    vllm, count, nodes = topology.get("gpus_for_vllm"), compute.get("gpu_count"), compute.get("nodes", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (vllm, count, nodes)) or vllm <= 0:
+        return None
+    available = count * max(nodes, 1)
+    if vllm < available:
+        return None
+    return (where + ("gpus_for_vllm",),
+            f"gives all {available} GPUs of [compute] to the inference engines and leaves no GPU to train on",
+            vllm, f"set gpus_for_vllm to at most {available - 1} (with gpus_for_training on the rest), or raise "
+                  "[compute].gpu_count")
 
 
 def async_conflict(training: dict[str, Any]) -> tuple[tuple[str, ...], str, Any, str] | None:

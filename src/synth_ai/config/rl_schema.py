@@ -4,7 +4,7 @@ across keys and the resolved form are in `synth_ai.config.rl`; a job body is che
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -128,6 +128,19 @@ class TrainingSection(BaseModel):
     # asynchronous GSPO (docs/rl.md, "Asynchronous GSPO"): 0 is the synchronous loop
     max_staleness: NonNegativeInt | None = None
     importance_sampling_cap: PositiveFloat | None = None
+    # issue 38 items 4-5, the reference model and the optimiser states (docs/training.md, "Memory of the reference
+    # and the optimiser")
+    reference_device: Literal["auto", "cpu"] | None = None
+    optimizer_states: Literal["fp32", "8bit", "cpu_offload"] | None = None
+    # issue 38 item 1: the LM head's log-probs in vocabulary blocks (docs/training.md); false: materialised logits
+    chunked_logprobs: bool | None = None
+    # update memory (issue 38 items 2-3): activation checkpointing (unset: on CUDA only) and the tokens one
+    # forward/backward takes (docs/rl.md, "Update memory")
+    activation_checkpointing: bool | None = None
+    micro_batch_tokens: PositiveInt | None = None
+    # issue 39 item 1, FSDP for RL (docs/scale.md, "FSDP for RL"): the policy sharded over the torchrun ranks
+    fsdp: bool | None = None
+    fsdp_sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP"] | None = None
 
 
 class EvaluationSection(BaseModel):
@@ -204,3 +217,5 @@ class RLConfig(BaseModel):
     tags: dict[str, Any] | None = None
     # experiment trackers (docs/tracking.md)
     logging: LoggingSection | None = None
+    # not 0.2.17's schema, but its product pages' ([data].seeds); unused here (config.unused_keys)
+    data: dict[str, Any] | None = None

@@ -23,6 +23,7 @@ from synth_ai.config.kinds import FULL_MODES, LORA_MODES, SFT_TRAINING_MODES
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.sft_schema import STEP_KEYS, ModelConfigSection, SFTConfig
 from synth_ai.config.toml_source import TomlSource, display_path
+from synth_ai.config.unused_keys import note_unused_keys
 from synth_ai.errors import InvalidInputError
 from synth_ai.models.registry import ModelInfo, check_trainable, experimental_allowed, resolve_model
 
@@ -36,6 +37,7 @@ def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
         data = {**data, "job": {"model": data["model"]}}  # a top-level `model = "..."` string is accepted
     validated = validate_section(findings, SFTConfig, data)
     data = checked_data(validated, data)
+    note_unused_keys(findings, "sft", data)
     default_algorithm = _check_algorithm(findings, data)
     model_id = ctx.model or table(data, "job").get("model")
     if not (isinstance(model_id, str) and model_id.strip()):
@@ -46,7 +48,9 @@ def load_sft(source: TomlSource, ctx: ResolveContext) -> LoadedConfig:
     resolved_model = None
     if model_id:
         try:
-            resolved_model = resolve_model(model_id, allow_fine_tuned=False)
+            # A fine-tuned or imported id (`ft:`, `rl:`, `imported:`) is a model to continue from: the backend
+            # knows whether it holds it (the embedded one does; an unknown id is its 400, naming the model).
+            resolved_model = resolve_model(model_id)
             check_trainable(resolved_model, "sft",
                             allow_experimental=experimental_allowed(ctx.allow_experimental, ctx.environ),
                             environ=ctx.environ)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shlex
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,6 @@ class DemoResult:
         }
 
 
-
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -78,11 +79,58 @@ def write_report(result: DemoResult) -> None:
         "|" + "---|" * len(COLUMNS),
         *["| " + " | ".join(str(c) for c in row) + " |" for row in table_rows(result)],
         "",
-        "## Steps (each can be re-run by hand from this folder)",
+        "## Steps",
         "",
         *[f"- {s['step']}: `{s['command']}` (exit {s['exit_code']}, {s['seconds']} s)" for s in result.steps],
         "",
+        *rerun_section(result),
     ]
     for metric, path in result.charts.items():
         lines += [f"![{metric}]({path.rsplit('/', 1)[-1]})", ""]
     (result.run_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def _flag_value(result: DemoResult, flag: str) -> str | None:
+    """The value the steps' commands gave `flag` (the same in every step that has it)."""
+    for step in result.steps:
+        words = shlex.split(step["command"])
+        if flag in words[:-1]:
+            return words[words.index(flag) + 1]
+    return None
+
+
+def _task_app_url(result: DemoResult) -> str | None:
+    """The task app the configs name (the held-out eval config, written before the first step)."""
+    try:
+        with (result.run_dir / "configs" / "eval_held_out.toml").open("rb") as handle:
+            return tomllib.load(handle)["eval"]["task_app_url"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return None
+
+
+def _port(url: str) -> str:
+    return url.rstrip("/").removesuffix("/api").rsplit(":", 1)[-1]
+
+
+def rerun_section(result: DemoResult) -> list[str]:
+    """How to repeat a step: the commands name the demo's backend and task app by address, and the demo stops
+    what it started when it ends, so say which services to start again, where, and with which key."""
+    backend, task_app = _flag_value(result, "--backend"), _task_app_url(result)
+    lines = ["## Re-running a step by hand", "",
+             "Run the commands above from this folder. They reach two services, at the addresses they name:", ""]
+    if backend:
+        state = ("stopped when the demo ended: start it again on the same port with "
+                 f"`synth-ai backend start --port {_port(backend)}`" if "backend" in result.stopped
+                 else "left running (check with `synth-ai backend status`)")
+        lines.append(f"- the backend at {backend}: {state};")
+    if task_app:
+        state = ("stopped when the demo ended: serve it again, in another terminal, with "
+                 f"`synth-ai serve color-quiz --port {_port(task_app)}`" if "task app" in result.stopped
+                 else "left running (`--keep`) with the demo's own key: to use yours, replace it with "
+                 f"`synth-ai serve color-quiz --port {_port(task_app)} --force`")
+        lines.append(f"- the color-quiz task app at {task_app} (named in `configs/*.toml`): {state}.")
+    lines += ["", "The task app and the commands need the same ENVIRONMENT_API_KEY, and the demo's own was not kept: "
+              "run `synth-ai setup --local` once in this folder; it writes one to `./.env`, which `serve`, `eval` and "
+              "`train` read from here. A port that another program has taken since: start the service on another "
+              "and change the address in the command (and in `configs/*.toml` for the task app).", ""]
+    return lines

@@ -25,6 +25,7 @@ def resolve_entry(app_id: str | None) -> tuple[Any, Path | None]:
 def serve_with_uvicorn(app_id: str | None, *, host: str, port: int | None, env_files: list[str], reload: bool,
                        force: bool, trace: str | None, trace_db: str | None, out: Any) -> None:
     """`deploy --runtime uvicorn`: the same server as `synth-ai serve`."""
+    from synth_ai.connect.env_key_share import share_for_serve
     from synth_ai.taskapp.serving import serve_task_app
 
     if port is None:
@@ -34,4 +35,4 @@ def serve_with_uvicorn(app_id: str | None, *, host: str, port: int | None, env_f
 
             port = int(typer.prompt("Port to serve on", default=DEFAULT_PORT))
     serve_task_app(app_id, host=host, port=port, env_files=env_files, reload=reload, force=force,
-                   trace_dir=trace, trace_db=trace_db, echo=out.info)
+                   trace_dir=trace, trace_db=trace_db, echo=out.info, share_key=share_for_serve(out.info))

@@ -29,6 +29,7 @@ from synth_ai.deploy.modal_cli import (
 from synth_ai.deploy.modal_script import ModalPlan, plan_for_entry, render_modal_script
 from synth_ai.env.dotenv_files import find_nearest_env, load_env_files
 from synth_ai.env.env_writer import check_env_file, set_env_values
+from synth_ai.env.environment_key import KEY_NAMES, adopt_environment_key
 from synth_ai.env.paths import data_path
 from synth_ai.errors import AuthError, InvalidInputError, SynthError
 
@@ -39,7 +40,6 @@ DEFAULT_TIMEOUT_S = 900.0
 ENVIRON_SECRET_NAMES: tuple[str, ...] = (
     "ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "ENVIRONMENT_API_KEY_ALIASES", "GROQ_API_KEY", "OPENAI_API_KEY",
 )
-_ENV_KEY_NAMES = ("ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "dev_environment_api_key")
 URL_KEYS = ("TASK_APP_URL",)
 
 
@@ -73,8 +73,11 @@ def prepare(request: ModalRequest, out: Any) -> tuple[ModalPlan, list[Path], dic
         out.note("No env file found (pass --env-file); secrets come from this process's environment only.")
     file_values: dict[str, str] = {}
     load_env_files(env_files, environ=file_values)  # earlier files win
+    if not any(file_values.get(n) for n in KEY_NAMES):
+        # the environment's key, else the one `setup` saved (config.json), passed on by name like the environment's
+        adopt_environment_key(env_files)
     environ_names = [n for n in ENVIRON_SECRET_NAMES if os.environ.get(n, "").strip() and not file_values.get(n)]
-    has_key = any(file_values.get(n) or os.environ.get(n, "").strip() for n in _ENV_KEY_NAMES)
+    has_key = any(file_values.get(n) or os.environ.get(n, "").strip() for n in KEY_NAMES)
     if not has_key:
         message = "ENVIRONMENT_API_KEY is not set: the deployed task app would refuse every request (503)."
         hint = "Add ENVIRONMENT_API_KEY=<key> to your .env (or pass --env-file), or run `synth-ai setup`."
@@ -183,9 +186,9 @@ def _execute(request: ModalRequest, plan: ModalPlan, env_files: list[Path], file
 def _share_key(file_values: dict[str, str], out: Any) -> str:
     """Hand the deployed app's key, sealed, to the backend `train` would use (warn-only: the app is deployed
     either way, and `train` shares the key again before creating a job)."""
-    from synth_ai.client.env_keys import share_environment_key
+    from synth_ai.connect.env_key_share import share_environment_key
 
-    key = next((v for n in _ENV_KEY_NAMES for v in (file_values.get(n), os.environ.get(n, "").strip()) if v), None)
+    key = next((v for n in KEY_NAMES for v in (file_values.get(n), os.environ.get(n, "").strip()) if v), None)
     result = share_environment_key(key, say=out.info, warn=out.warn)
     if result.status == "skipped":
         out.note(f"[preflight] {result.message}")

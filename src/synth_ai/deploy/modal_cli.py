@@ -28,10 +28,11 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from synth_ai.env.extras import pip_install
 from synth_ai.errors import AuthError, DeadlineError, ServerError, UnavailableError
 
 INSTALL_HINT = (
-    "Install the `modal` package (`pip install 'synth-ai[modal]'`) or pass --modal-cli with the path to the "
+    f"Install the `modal` package (`{pip_install('modal')}`) or pass --modal-cli with the path to the "
     "Modal binary."
 )
 TOKEN_HINT = (

@@ -10,7 +10,7 @@ into the source as literals and set by the web function before the task app load
 
 Layout in the container:
 
-    /opt/synth_ai/synth_ai/            this package (a local directory, not `pip install synth-ai==…`)
+    /opt/synth_ai/synth_ai/            this package (a local directory, not an install from the package index)
     /opt/synth_ai/task_app/<dir>/      the directory of the module that registers the task app; for a package
                                        (`<pkg>/__init__.py`) that is the package itself, so it imports by its name;
                                        for a module installed in site-packages, only that file

@@ -131,3 +131,25 @@ def _is_embedded(api_base: str, env: Mapping[str, str], running: str | None) -> 
     """This machine's embedded backend: the recorded one, or the default address (where one would start)."""
     port = _loopback_port(api_base)
     return port is not None and port in {embedded_port(env), _loopback_port(running) if running else None}
+
+
+FREE_PORT_PLACEHOLDER = "<free port>"
+
+
+def as_it_would_start(target: BackendTarget, environ: Mapping[str, str] | None = None) -> tuple[BackendTarget,
+                                                                                             str | None]:
+    """The embedded default as a real run would reach it, for a dry run: when none runs yet and another program
+    holds the default port, the backend will start on a port the kernel picks then, so the URL shows
+    `<free port>` (never the other program's port); with it, the notice that says why. Any other target as it is."""
+    from synth_ai.ports import port_in_use
+
+    env = os.environ if environ is None else environ
+    if not (target.embedded and target.source == "embedded default") or requested_port(env) is not None:
+        return target, None
+    port = default_port(env)
+    if _running_api_base() is not None or not port_in_use(EMBEDDED_HOST, port):
+        return target, None
+    moved = BackendTarget(ensure_api_base(f"http://{EMBEDDED_HOST}:{FREE_PORT_PLACEHOLDER}"), target.source, True)
+    return moved, (f"Port {port} is taken by another program: the embedded backend will start on a free port, "
+                   f"picked when it starts (shown as {FREE_PORT_PLACEHOLDER}); `synth-ai backend start` starts it "
+                   "now, and a dry run then shows its port.")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from synth_ai.errors import AuthError, InvalidInputError
@@ -22,10 +23,15 @@ class TaskAppHandle:
     where: str  # "in-process (<path>)" or the URL
 
 
-def environment_key() -> str | None:
+def environment_key(env_files: Sequence[Path] = ()) -> str | None:
+    """The ENVIRONMENT_API_KEY every command resolves alike (environment, the env files the eval loaded, else the
+    nearest .env, then the key `setup` saved), set in this process so an app run here accepts it too."""
+    from synth_ai.env.environment_key import adopt_environment_key
     from synth_ai.taskapp.auth import normalize_environment_api_key
 
-    return normalize_environment_api_key(log=False)
+    normalize_environment_api_key(log=False)
+    key = adopt_environment_key(env_files)
+    return key.value if key else None
 
 
 def load_app(app_id: str | None) -> Any:
@@ -45,24 +51,28 @@ def load_app(app_id: str | None) -> Any:
 
 
 async def check_reachable(client: Any, url: str) -> None:
-    """One `GET /health` before any rollout: an app that is not there, or refuses the key, stops the run."""
-    import httpx
-
+    """One `GET /health` before any rollout: an app that is not there, or refuses the key, stops the run (a
+    gateway answering for it does not: the seeds wait for the app, `[eval].task_app_wait_s`)."""
     from synth_ai.errors import NetworkError
+    from synth_ai.taskapp.client import TaskAppClient
+    from synth_ai.taskapp.failures import TaskAppFailure, TaskAppHTTPError
 
     try:
-        response = await client.get("/health")
-    except httpx.HTTPError as exc:
-        raise NetworkError(f"Cannot reach the task app at {url}: {type(exc).__name__}.",
-                           hint="Check --url (is `synth-ai serve` running there?).") from None
-    if response.status_code in (400, 401, 403) and "unauthori" in response.text.lower():
-        raise AuthError(f"The task app at {url} refused ENVIRONMENT_API_KEY (HTTP {response.status_code}).",
-                        hint="Use the key the app was served with (--env-file PATH with ENVIRONMENT_API_KEY=...).")
+        await TaskAppClient(str(client.base_url), http=client).get("/health")
+    except TaskAppHTTPError as exc:
+        if exc.status_code in (400, 401, 403) and "unauthori" in exc.text.lower():
+            raise AuthError(f"The task app at {url} refused ENVIRONMENT_API_KEY (HTTP {exc.status_code}).",
+                            hint="Use the key the app was served with (--env-file PATH with "
+                                 "ENVIRONMENT_API_KEY=...).") from None
+    except TaskAppFailure as exc:
+        if getattr(exc, "status_code", None) is None:
+            raise NetworkError(f"Cannot reach the task app at {url}: {exc.reason}.",
+                               hint="Check --url (is `synth-ai serve` running there?).") from None
 
 
 @asynccontextmanager
-async def open_task_app(*, app_id: str | None, url: str | None, timeout: float,
-                        concurrency: int) -> AsyncIterator[TaskAppHandle]:
+async def open_task_app(*, app_id: str | None, url: str | None, timeout: float, concurrency: int,
+                        env_files: Sequence[Path] = ()) -> AsyncIterator[TaskAppHandle]:
     import httpx
 
     limits = httpx.Limits(max_connections=max(concurrency, 1) + 4, max_keepalive_connections=max(concurrency, 1))
@@ -71,11 +81,12 @@ async def open_task_app(*, app_id: str | None, url: str | None, timeout: float,
         if not url.startswith(("http://", "https://")):
             raise InvalidInputError(f"--url {url!r} must start with http:// or https://.",
                                     hint="e.g. --url http://127.0.0.1:8001")
-        key = environment_key()
+        key = environment_key(env_files)
         if not key:
+            from synth_ai.env.environment_key import missing_key_hint
+
             raise AuthError("ENVIRONMENT_API_KEY is not set, so the task app at --url would refuse every request.",
-                            hint="Pass --env-file PATH holding ENVIRONMENT_API_KEY=... (the key the app was served "
-                                 "with), or set it in ./.env.")
+                            hint=missing_key_hint())
         async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=http_timeout,
                                      limits=limits, follow_redirects=False) as client:
             await check_reachable(client, url)
@@ -87,12 +98,10 @@ async def open_task_app(*, app_id: str | None, url: str | None, timeout: float,
     from synth_ai.taskapp.tracing import TracingSettings
 
     if entry.source_path:
-        from pathlib import Path
-
         app_dir = Path(entry.source_path).parent
         load_env_files([p if Path(p).is_absolute() else app_dir / p for p in entry.env_files], required=False)
     minted = None
-    if not environment_key():  # nothing crosses a process boundary: a key for this run only will do
+    if not environment_key(env_files):  # nothing crosses a process boundary: a key for this run only will do
         minted = os.environ["ENVIRONMENT_API_KEY"] = secrets.token_hex(32)
     try:
         # The eval stores the traces itself; the app only returns them.
@@ -100,7 +109,7 @@ async def open_task_app(*, app_id: str | None, url: str | None, timeout: float,
         transport = httpx.ASGITransport(app=app)
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=transport, base_url=IN_PROCESS_BASE, timeout=http_timeout,
-                                         headers={"X-API-Key": environment_key() or ""}) as client:
+                                         headers={"X-API-Key": environment_key(env_files) or ""}) as client:
                 yield TaskAppHandle(client, entry.app_id, f"in-process ({entry.source_path or entry.app_id})")
     finally:
         if minted is not None and os.environ.get("ENVIRONMENT_API_KEY") == minted:

@@ -12,6 +12,7 @@ from typing import Any
 from synth_ai.config.common import ResolveContext
 from synth_ai.config.toml_source import display_path
 from synth_ai.errors import InvalidInputError
+from synth_ai.models.registry import resolve_model
 from synth_ai.taskapp.reachability import DEFAULT_WAIT_S
 
 DEFAULT_SEEDS = [0, 1, 2, 3, 4]
@@ -152,6 +153,8 @@ def resolve_settings(options: EvalOptions) -> EvalSettings:
     if not model:
         raise InvalidInputError("No model to evaluate.",
                                 hint="Pass --model (e.g. a base id, ft:…/rl:… from `train`) or set [eval].model.")
+    if config_path is None:  # a Synth backend serves it: train's rule, before any rollout (a loaded config had it)
+        model = resolve_model(str(model)).canonical
     seeds = parse_seed_flag(options.seeds) if options.seeds else list(cfg.get("seeds") or DEFAULT_SEEDS)
     url = options.url or cfg.get("task_app_url") or None
     app_id = options.app_id or cfg.get("app_id")

@@ -92,7 +92,7 @@ async def _run(run: EvalRun, spec: RunSpec, hooks: Hooks) -> None:
 
     settings = run.settings
     async with open_task_app(app_id=settings.app_id, url=settings.url, timeout=settings.rollout_timeout,
-                             concurrency=settings.concurrency) as app:
+                             concurrency=settings.concurrency, env_files=settings.env_files) as app:
         if app.app_id:  # in-process: the app's own id (an alias was given, or none)
             spec.app_id = run.context["app_id"] = app.app_id
         spec.outage = TaskAppOutage(settings.url or app.where, settings.task_app_wait,

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from synth_ai.config.eval import names_model_endpoint
+from synth_ai.taskapp.client import wire_body
+from synth_ai.taskapp.contracts import RolloutRequest
 from synth_ai.urls import join_url
 
 # Top-level [eval] keys that synth-ai 0.2.17 moves into the policy config.
@@ -40,11 +43,11 @@ def policy_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_inference(cfg: dict[str, Any], backend_flag: str | None, say: Callable[[str], None]) -> InferenceTarget:
-    if policy_config(cfg).get("inference_url"):
+    if names_model_endpoint(cfg):
         if backend_flag:
             say(f"note: --backend {backend_flag} is not used: the config's inference_url names the model endpoint.")
         return InferenceTarget(None, "config")
-    from synth_ai.client.connect import locate_embedded
+    from synth_ai.connect.embedded_backend import locate_embedded
     from synth_ai.env.backend_url import resolve_backend
 
     backend = resolve_backend(backend_flag)
@@ -54,8 +57,10 @@ def resolve_inference(cfg: dict[str, Any], backend_flag: str | None, say: Callab
     return InferenceTarget(join_url(backend.api_base, "inference/v1/chat/completions"), label)
 
 
-def rollout_body(*, seed: int, model: str, split: str, cfg: dict[str, Any], target: InferenceTarget) -> dict[str, Any]:
-    """The reference's `/rollout` body for one seed (`mode: "eval"`)."""
+def rollout_request(*, seed: int, model: str, split: str, cfg: dict[str, Any],
+                    target: InferenceTarget) -> RolloutRequest:
+    """The reference's `/rollout` request for one seed (`mode: "eval"`; `record` names only the trace keys, and
+    `on_done` and `safety` are left to the app, as 0.2.17's eval sends them)."""
     policy = policy_config(cfg)
     if target.url is not None:
         policy.setdefault("inference_url", target.url)
@@ -67,13 +72,13 @@ def rollout_body(*, seed: int, model: str, split: str, cfg: dict[str, Any], targ
         "env": {"config": {"split": split, "index": seed, **(cfg.get("env_config") or {})}, "seed": seed},
         "policy": {"policy_name": cfg.get("policy_name") or model, "config": {**policy, "model": model}},
         "ops": list(cfg.get("ops") or ["agent", "env"] * int(max_llm_calls)),
-        "record": {"return_trace": cfg.get("return_trace", True),
-                   "trace_format": cfg.get("trace_format", "structured")},
+        "record": {"return_trace": True if cfg.get("return_trace") is None else cfg["return_trace"],
+                   "trace_format": cfg.get("trace_format") or "structured"},
         "mode": "eval",
     }
     if cfg.get("env_name"):
         body["env"]["env_name"] = cfg["env_name"]
-    return body
+    return RolloutRequest.model_validate(body)
 
 
 def sampling_seed_of(sampling_seed: int, seed: int) -> int:
@@ -81,3 +86,8 @@ def sampling_seed_of(sampling_seed: int, seed: int) -> int:
     seeds never share a random stream and neighbouring `sampling_seed`s do not shift into each other's."""
     digest = hashlib.sha256(f"{sampling_seed}:{seed}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def rollout_body(*, seed: int, model: str, split: str, cfg: dict[str, Any], target: InferenceTarget) -> dict[str, Any]:
+    """The `/rollout` body that goes on the wire for one seed (`rollout_request` as the task-app client sends it)."""
+    return wire_body(rollout_request(seed=seed, model=model, split=split, cfg=cfg, target=target))

@@ -19,10 +19,19 @@ from typing import Any
 
 from synth_ai.env.secrets import redact
 from synth_ai.eval.judges import Judge
-from synth_ai.eval.policy import InferenceTarget, rollout_body
+from synth_ai.eval.policy import InferenceTarget, rollout_request
 from synth_ai.eval.scoring import official_score, outcome_score, reward_components, reward_weights
 from synth_ai.eval.traces import session_for, task_facts
-from synth_ai.taskapp.reachability import TaskAppOutage, unreachable_answer, unreachable_error
+from synth_ai.taskapp.client import RolloutAnswer, TaskAppClient
+from synth_ai.taskapp.contracts import RolloutRequest
+from synth_ai.taskapp.failures import (
+    TaskAppFailure,
+    TaskAppHTTPError,
+    TaskAppInvalidResponse,
+    TaskAppTimeout,
+    TaskAppUnreachable,
+)
+from synth_ai.taskapp.reachability import TaskAppOutage
 
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 _ERROR_CHARS = 300
@@ -64,54 +73,28 @@ class RunSpec:
     say: Callable[[str], None] = lambda text: None  # progress lines: waiting for the app, and its return
 
 
-def _error_text(response: Any) -> str:
-    """The task app's own message when it sent one (`{"detail": {"error": {"message": …}}}`), else the body."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    detail = body.get("detail") if isinstance(body, dict) else None
-    error = detail.get("error") if isinstance(detail, dict) else None
-    if isinstance(error, dict) and error.get("message"):
-        text = f"{error.get('code', 'error')}: {error['message']}"
-    elif detail is not None:
-        text = detail if isinstance(detail, str) else str(detail)
-    else:
-        text = response.text or "(empty body)"
-    return redact(f"HTTP {response.status_code}: {text}")[:_ERROR_CHARS]
-
-
 async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any,
                    late: Callable[[SeedResult], None] | None = None) -> SeedResult:
     """One seed's rollout, scores and stored session. `late` gets the result of a seed interrupted (cancelled)
     while its session was being written: the write completes anyway, so the seed did finish."""
-    body = rollout_body(seed=seed, model=spec.model, split=spec.split, cfg=spec.cfg, target=spec.target)
+    request = rollout_request(seed=seed, model=spec.model, split=spec.split, cfg=spec.cfg, target=spec.target)
     started = time.perf_counter()
 
     def done(status: str, **kw: Any) -> SeedResult:
         return SeedResult(seed, status, round(time.perf_counter() - started, 3), **kw)
 
-    response = await _post_rollout(client, spec, seed, body)
-    if isinstance(response, tuple):
-        status, error = response
-        return done(status, error=error)
-    if not 200 <= response.status_code < 300:
-        return done(ERROR, http_status=response.status_code, error=_error_text(response))
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict) or not isinstance(data.get("trajectories"), list):
-        return done(ERROR, http_status=response.status_code,
-                    error="the task app answered 200 with something that is not a rollout response")
+    answer = await _post_rollout(client, spec, seed, request)
+    if isinstance(answer, SeedFailure):
+        return done(answer.status, http_status=answer.http_status, error=answer.error)
+    data = answer.doc
     facts = task_facts(data, spec.split)
     official, outcome, components = official_score(data), outcome_score(data), reward_components(data)
     judge_scores, judge_errors = await _judge(spec.judges, seed, facts, data)
-    result = done(OK, http_status=response.status_code, official_score=official, outcome_score=outcome,
+    result = done(OK, http_status=answer.status_code, official_score=official, outcome_score=outcome,
                   judge_scores=judge_scores, judge_errors=judge_errors, reward_components=components,
                   task_id=facts.task_id)
     if store is not None:
-        extra = {"app_id": spec.app_id, "eval_run_id": spec.eval_run_id, "run_id": body["run_id"],
+        extra = {"app_id": spec.app_id, "eval_run_id": spec.eval_run_id, "run_id": request.run_id,
                  "source": "synth-ai eval"}
         if components:  # stored only for the apps that report them: the others' metadata stays as it was
             extra.update(reward_components=components, reward_weights=reward_weights(data, components))
@@ -131,30 +114,49 @@ async def run_seed(client: Any, spec: RunSpec, seed: int, store: Any,
     return result
 
 
-async def _post_rollout(client: Any, spec: RunSpec, seed: int, body: dict[str, Any]) -> Any:
-    """The app's answer to the seed's `/rollout`, or (status, error) when the seed failed without one. An app that
-    cannot be reached is waited for (`spec.outage`) and asked again."""
-    import httpx
+@dataclass(frozen=True)
+class SeedFailure:
+    """A seed's `/rollout` that gave no usable answer: its status (`error`, `timeout`) and what went wrong."""
 
+    status: str
+    error: str
+    http_status: int | None = None
+
+
+async def _post_rollout(client: Any, spec: RunSpec, seed: int, request: RolloutRequest) -> RolloutAnswer | SeedFailure:
+    """The app's answer to the seed's `/rollout` (one with a `trajectories` list), or why the seed failed. An app
+    that cannot be reached is waited for (`spec.outage`) and asked again."""
+    app = TaskAppClient(str(client.base_url), http=client)
     while True:
         try:
-            response = await asyncio.wait_for(client.post("/rollout", json=body), spec.rollout_timeout)
-        except (TimeoutError, httpx.HTTPError) as exc:
-            why = unreachable_error(exc)
-            if why is None and isinstance(exc, (TimeoutError, httpx.TimeoutException)):
-                return TIMEOUT, f"no answer within {spec.rollout_timeout:g}s"
-            if why is None:
-                return ERROR, redact(f"{type(exc).__name__}: {exc}")[:_ERROR_CHARS] or type(exc).__name__
+            answer = (await asyncio.wait_for(app.rollout(request), spec.rollout_timeout)).require_trajectories()
+        except TaskAppUnreachable as exc:
+            why = exc.reason
+        except (TimeoutError, TaskAppTimeout):
+            return SeedFailure(TIMEOUT, f"no answer within {spec.rollout_timeout:g}s")
+        except TaskAppFailure as exc:
+            if isinstance(exc, (TaskAppHTTPError, TaskAppInvalidResponse)) and spec.outage is not None:
+                spec.outage.end()  # the app itself answered
+            return _seed_failure(exc)
         else:
-            why = unreachable_answer(response.status_code, response.text)
-            if why is None:
-                if spec.outage is not None:
-                    spec.outage.end()
-                return response
+            if spec.outage is not None:
+                spec.outage.end()
+            return answer
         if spec.outage is None or spec.outage.window_s <= 0:
-            return ERROR, why[:_ERROR_CHARS]
+            return SeedFailure(ERROR, why[:_ERROR_CHARS])
         if not await _wait_for_app(spec.outage, seed, why, spec.say):
-            return ERROR, spec.outage.give_up_reason(WAIT_KEY)[:_ERROR_CHARS]
+            return SeedFailure(ERROR, spec.outage.give_up_reason(WAIT_KEY)[:_ERROR_CHARS])
+
+
+def _seed_failure(exc: TaskAppFailure) -> SeedFailure:
+    """An answer that is an error (the app's own message when it sent one), one that is not a rollout response,
+    or a request that failed on the way."""
+    if isinstance(exc, TaskAppHTTPError):
+        return SeedFailure(ERROR, f"HTTP {exc.status_code}: {exc.detail}"[:_ERROR_CHARS], exc.status_code)
+    if isinstance(exc, TaskAppInvalidResponse):
+        return SeedFailure(ERROR, "the task app answered 200 with something that is not a rollout response",
+                           exc.status_code)
+    return SeedFailure(ERROR, exc.reason[:_ERROR_CHARS] or type(exc).__name__)
 
 
 async def _wait_for_app(outage: TaskAppOutage, seed: int, why: str, say: Callable[[str], None]) -> bool:

@@ -67,17 +67,14 @@ async def fetch_rows(client: Any, seeds: list[int]) -> dict[int, dict[str, Any]]
 
 
 async def _get_json(client: Any, path: str, params: Any) -> Any:
-    import httpx
+    """The JSON of a 200 answer; None for anything else (the seeds are then described by what is known)."""
+    from synth_ai.taskapp.client import TaskAppClient
+    from synth_ai.taskapp.failures import TaskAppFailure
 
     try:
-        response = await client.get(path, params=params)
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
-    try:
-        return response.json()
-    except ValueError:
+        answer = await TaskAppClient(str(client.base_url), http=client).get(path, params=params)
+        return answer.json() if answer.status_code == 200 else None
+    except (TaskAppFailure, ValueError):
         return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -237,3 +238,20 @@ def check_trainable(resolved: ResolvedModel, mode: str, *, allow_experimental: b
             f"Model '{base.id}' is experimental and disabled.",
             hint="Pass --allow-experimental or set SDK_EXPERIMENTAL=1 to use it.",
         )
+
+
+def parse_params_b(text: str) -> float | None:
+    """'32B' -> 32, '30B-A3B' -> 30 (total, what memory needs), '0.14M' -> 0.00014; '' -> None."""
+    match = re.match(r"\s*([0-9.]+)\s*([MB])", text or "", re.IGNORECASE)
+    if not match:
+        return None
+    value = float(match.group(1))
+    return value / 1000.0 if match.group(2).upper() == "M" else value
+
+
+def model_params_b(model: str) -> float | None:
+    """The model's parameters in billions from the registry (a fine-tune `ft:<base>:...` counts as its base);
+    None for a model the registry does not know or gives no size."""
+    base = model.split(":")[1] if model.startswith("ft:") and model.count(":") >= 2 else model
+    info = find_model(base)
+    return parse_params_b(info.parameters) if info is not None else None

@@ -13,6 +13,8 @@ Modules:
 - `discovery`  finding apps by id or alias (AST scan of search roots + bundled examples)
 - `serving`    `serve_task_app(...)`: run an app under uvicorn (port checks, `--force`, tracing env)
 - `tracing`    recording rollouts in the traces v3 SQLite schema
+- `client`     calling a task app: `TaskAppClient` (`RolloutRequest` in, `RolloutAnswer` out)
+- `failures`   what a call can end in: `TaskAppTimeout`, `TaskAppUnreachable`, `TaskAppHTTPError`, …
 - `verify`     checking a running task app (`check_health`, `check_task_info`, `verify_task_app`)
 - `siblings`   `load_sibling(__file__, name)`: import a helper file next to a task app loaded by path
 """
@@ -51,6 +53,10 @@ _EXPORTS: dict[str, str] = {
     "TracingSettings": "tracing", "current_trace": "tracing",
     "check_health": "verify", "check_task_info": "verify", "verify_task_app": "verify",
     "HealthReport": "verify", "VerifyReport": "verify",
+    # calling a task app
+    "TaskAppClient": "client", "RolloutAnswer": "client", "TaskAppAnswer": "client",
+    "TaskAppFailure": "failures", "TaskAppTimeout": "failures", "TaskAppUnreachable": "failures",
+    "TaskAppTransportError": "failures", "TaskAppHTTPError": "failures", "TaskAppInvalidResponse": "failures",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -2,14 +2,18 @@
 
 Search roots, in order: the demo directory (`DEMO_DIR` in `<data dir>/demo.json`, when it exists), each entry of
 `SYNTH_TASK_APP_SEARCH_PATH` (os.pathsep-separated), the working directory, `./examples`, `./synth_ai`, and the
-bundled apps (`examples/task_apps/` of the synth-ai checkout this package runs from; `SYNTH_BUNDLED_TASK_APPS_DIR`
-overrides it, an empty value turns it off).
+bundled apps (`synth_ai/bundled_apps/`, inside the installed package; `SYNTH_BUNDLED_TASK_APPS_DIR` overrides it, an
+empty value turns it off).
 
-Each `*.py` file under a root (skipping `.git`, `__pycache__`, `node_modules`, `venv`, `.venv`, `build`, `dist`,
-`.mypy_cache`, `.pytest_cache` and hidden directories) that mentions `TaskAppConfig` or `TaskAppEntry` is parsed
-with `ast`: apps come from `TaskAppEntry(app_id=…, aliases=…, description=…)` and `TaskAppConfig(app_id=…)` calls
-with literal arguments. Modal scripts (`modal.App("name")`) are listed as kind `modal`. Unlike the reference,
-aliases match.
+Each `*.py` file under a root that mentions `TaskAppConfig` or `TaskAppEntry` is parsed with `ast`: apps come from
+`TaskAppEntry(app_id=…, aliases=…, description=…)` and `TaskAppConfig(app_id=…)` calls with literal arguments.
+Modal scripts (`modal.App("name")`) are listed as kind `modal`. Unlike the reference, aliases match.
+
+Below a root, the walk leaves out what holds no one's task app: hidden directories, caches and build output
+(`IGNORED_DIRS`), virtual environments (any directory with a `pyvenv.cfg`), test and benchmark trees (`tests`,
+`test`, `bench`, `benchmarks`) and test files (`test_*.py`, `*_test.py`, `conftest.py`), whose fixtures declare
+apps that are not meant to be served. A root's own name never leaves it out, so an app kept in such a tree is found
+by naming its folder in `SYNTH_TASK_APP_SEARCH_PATH`.
 
 Only the chosen file is imported (`load_task_app`).
 """
@@ -28,12 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from synth_ai.bundled_apps import APPS_DIR
 from synth_ai.taskapp.errors import TaskAppNotFoundError
 from synth_ai.taskapp.siblings import import_file
 from synth_ai.verifiers_app import is_verifiers_id
 
 IGNORED_DIRS = frozenset({".git", "__pycache__", "node_modules", "venv", ".venv", "build", "dist", ".mypy_cache",
                           ".pytest_cache", "site-packages", ".tox", ".ruff_cache"})
+# Test and benchmark trees: their fixtures declare apps (`toy-app`, `bench-prose`, ...) nobody means to serve.
+NOT_APP_DIRS = frozenset({"tests", "test", "bench", "benchmarks"})
 MAX_DEPTH = 8
 MAX_FILE_BYTES = 2_000_000
 _MARKERS = ("TaskAppConfig", "TaskAppEntry", "modal.App", "App(")
@@ -57,17 +64,11 @@ class AppChoice:
                 "path": str(self.path), "kind": self.kind}
 
 
-def repo_root() -> Path:
-    """The synth-ai checkout this package runs from: the parent of `src/`."""
-    return Path(__file__).resolve().parents[3]
-
-
 def bundled_apps_dir() -> Path | None:
     raw = os.environ.get("SYNTH_BUNDLED_TASK_APPS_DIR")
     if raw is not None:
         return Path(raw).expanduser().resolve() if raw.strip() else None
-    candidate = repo_root() / "examples" / "task_apps"
-    return candidate if candidate.is_dir() else None
+    return APPS_DIR if APPS_DIR.is_dir() else None
 
 
 def _demo_dir() -> Path | None:
@@ -98,18 +99,28 @@ def search_roots(extra: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
     return roots
 
 
+def _walks_into(directory: Path, name: str) -> bool:
+    if name in IGNORED_DIRS or name in NOT_APP_DIRS or name.startswith("."):
+        return False
+    return not (directory / name / "pyvenv.cfg").exists()
+
+
+def _is_test_file(name: str) -> bool:
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
 def _python_files(root: Path) -> Iterator[Path]:
     if root.is_file():
         yield root
         return
     base_depth = len(root.parts)
     for directory, dirnames, filenames in os.walk(root):
-        depth = len(Path(directory).parts) - base_depth
-        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and not d.startswith(".")
-                             and depth < MAX_DEPTH)
+        here = Path(directory)
+        depth = len(here.parts) - base_depth
+        dirnames[:] = sorted(d for d in dirnames if depth < MAX_DEPTH and _walks_into(here, d))
         for name in sorted(filenames):
-            if name.endswith(".py"):
-                yield Path(directory) / name
+            if name.endswith(".py") and not _is_test_file(name):
+                yield here / name
 
 
 def _literal(node: ast.AST | None, constants: dict[str, Any] | None = None) -> Any:

@@ -59,12 +59,13 @@ def unreachable_error(exc: BaseException) -> str | None:
 def unreachable_answer(status_code: int, text: str) -> str | None:
     """Why an answer is a gateway's stand-in for an app that is not there (502/503/504 without the task app's
     coded error body); None when the app itself answered."""
-    if status_code not in GATEWAY_STATUSES or _app_error_code(text):
+    if status_code not in GATEWAY_STATUSES or app_error_code(text):
         return None
     return f"HTTP {status_code} from a gateway in front of the task app: {redact(' '.join(text.split()))[:200]!r}"
 
 
-def _app_error_code(text: str) -> str | None:
+def app_error_code(text: str) -> str | None:
+    """The task app's own error code in a body (`{"detail": {"error": {"code": ...}}}` or `{"error": {...}}`)."""
     import json
 
     try:

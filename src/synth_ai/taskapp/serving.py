@@ -1,20 +1,19 @@
 """Running a task app locally under uvicorn: `synth-ai serve`, `task-app serve`, and `deploy --runtime uvicorn`.
 
-`serve_task_app(...)` loads env files, sets up tracing, checks the port (freeing it with `force=True` by stopping
-only the processes listening on it, by pid), makes sure an `ENVIRONMENT_API_KEY` is configured (no prompt unless
-stdin is a terminal), shares that key, sealed, with the backend `train` would use when one is configured or the
-embedded one runs here (`client/env_keys.py`; failures only warn), builds the app and runs uvicorn.
+`serve_task_app(...)` loads env files, sets up tracing, checks the port (`port_holders`: with `force=True` only
+synth-ai's own processes on it are stopped, by pid), makes sure an `ENVIRONMENT_API_KEY` is configured (the one every
+command resolves: environment, env files, the key `setup` saved; no prompt unless stdin is a terminal), runs the
+`share_key` step it is handed with that key (the CLI hands it `synth_ai.connect.env_key_share`'s upload to the
+backend), builds the app and runs uvicorn.
 
 This module is the `serve` command's flow, so it sits in the flows layer although it lives with the task-app SDK
-(its documented path): it may use the client to share the key (docs/architecture.md).
+(its documented path). Like the rest of the task-app SDK it never imports the client: reaching a backend is the
+caller's step.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,130 +21,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from synth_ai.errors import AuthError, ExitCode, InvalidInputError, SynthError
-from synth_ai.ports import any_free_port, port_in_use
-from synth_ai.processes import pid_alive
+from synth_ai.errors import AuthError, InvalidInputError, SynthError
+from synth_ai.ports import any_free_port
 from synth_ai.taskapp.auth import ENV_KEY, allowed_environment_api_keys, normalize_environment_api_key
+from synth_ai.taskapp.port_holders import ensure_port_available
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8001
 _RELOAD_APP_ID = "SYNTH_TASKAPP_SERVE_APP_ID"
 _RELOAD_APP_PATH = "SYNTH_TASKAPP_SERVE_APP_PATH"
-
-
-class PortInUseError(SynthError):
-    exit_code = ExitCode.INVALID_INPUT
-    code = "port_in_use"
-
-    def __init__(self, message: str, *, pids: Sequence[int] = (), hint: str | None = None) -> None:
-        super().__init__(message, hint=hint, details={"pids": list(pids)})
-        self.pids = list(pids)
-
-
-# --- ports ------------------------------------------------------------------------------------------------------
-
-
-def _listening_inodes(port: int) -> set[str]:
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 10 or fields[3] != "0A":  # 0A = LISTEN
-                continue
-            try:
-                local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            except (IndexError, ValueError):
-                continue
-            if local_port == port:
-                inodes.add(fields[9])
-    return inodes
-
-
-def listening_pids(port: int) -> list[int]:
-    """Pids of the processes holding a listening TCP socket on `port` (from /proc; `lsof` where /proc is absent).
-    Our own pid is never included."""
-    pids: set[int] = set()
-    if Path("/proc/net/tcp").exists():
-        inodes = _listening_inodes(port)
-        if inodes:
-            targets = {f"socket:[{inode}]" for inode in inodes}
-            for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    for fd in (entry / "fd").iterdir():
-                        try:
-                            if os.readlink(fd) in targets:
-                                pids.add(int(entry.name))
-                                break
-                        except OSError:
-                            continue
-                except OSError:
-                    continue
-    elif shutil.which("lsof"):
-        result = subprocess.run(["lsof", "-nP", "-t", f"-iTCP:{port}", "-sTCP:LISTEN"], capture_output=True,
-                                text=True, timeout=10, check=False)
-        pids.update(int(p) for p in result.stdout.split() if p.strip().isdigit())
-    pids.discard(os.getpid())
-    return sorted(pids)
-
-
-def free_port(host: str, port: int, *, grace_s: float = 5.0, echo: Callable[[str], None] = print) -> list[int]:
-    """Stop the processes listening on `port`: SIGTERM, then SIGKILL after `grace_s`. Returns the pids stopped."""
-    pids = listening_pids(port)
-    if not pids:
-        if port_in_use(host, port):
-            raise PortInUseError(
-                f"Port {port} is in use, but no process listening on it could be found "
-                "(it may belong to another user or another network namespace).",
-                hint="Stop that process yourself or choose another --port.",
-            )
-        return []
-    echo(f"Stopping the processes listening on port {port}: {', '.join(map(str, pids))}")
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        except PermissionError as exc:
-            raise PortInUseError(f"Not allowed to stop process {pid} listening on port {port}.", pids=pids,
-                                 hint="Stop it yourself or choose another --port.") from exc
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not any(pid_alive(p) for p in pids) and not port_in_use(host, port):
-            return pids
-        time.sleep(0.1)
-    for pid in pids:
-        if pid_alive(pid):
-            echo(f"Process {pid} did not stop after SIGTERM; sending SIGKILL")
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
-        if not port_in_use(host, port):
-            return pids
-        time.sleep(0.1)
-    raise PortInUseError(f"Port {port} is still in use after stopping {', '.join(map(str, pids))}.", pids=pids)
-
-
-def ensure_port_available(host: str, port: int, *, force: bool, echo: Callable[[str], None] = print) -> None:
-    if not port_in_use(host, port):
-        return
-    if force:
-        free_port(host, port, echo=echo)
-        return
-    pids = listening_pids(port)
-    owners = f" (PIDs: {', '.join(map(str, pids))})" if pids else ""
-    raise PortInUseError(
-        f"Port {port} appears to be in use{owners}.", pids=pids,
-        hint="Pass --force to stop the processes listening on it, or choose another --port.",
-    )
 
 
 # --- environment ------------------------------------------------------------------------------------------------
@@ -165,9 +49,13 @@ def load_env_files(paths: Iterable[str | os.PathLike[str]], *, required: bool = 
 
 
 def require_environment_api_key(*, interactive: bool | None = None) -> None:
-    """Make sure the app will accept some key: `ENVIRONMENT_API_KEY` (or a dev fallback / alias). On a terminal,
-    ask for one (kept in this process only); otherwise fail with the fix."""
+    """Make sure the app will accept some key: `ENVIRONMENT_API_KEY` (or a dev fallback / alias), else the one the
+    nearest `.env` or `synth-ai setup`'s config.json holds (`synth_ai.env.environment_key`). On a terminal, ask for
+    one (kept in this process only); otherwise fail with the fix."""
+    from synth_ai.env.environment_key import adopt_environment_key, missing_key_hint
+
     normalize_environment_api_key(log=False)
+    adopt_environment_key()
     if allowed_environment_api_keys():
         return
     if interactive is None:
@@ -181,7 +69,7 @@ def require_environment_api_key(*, interactive: bool | None = None) -> None:
             return
     raise AuthError(
         f"{ENV_KEY} is not set, so the task app would refuse every request.",
-        hint="Run `synth-ai setup --local` to create one, or pass --env-file PATH with ENVIRONMENT_API_KEY=... .",
+        hint=missing_key_hint(),
     )
 
 
@@ -213,11 +101,17 @@ def serve_task_app(
     echo: Callable[[str], None] = print,
     interactive: bool | None = None,
     log_level: str = "info",
-    share_key: bool = True,
+    share_key: Callable[[str | None], Any] | None = None,
 ) -> None:
-    """Serve a task app (an id or alias, a discovery choice, or a `TaskAppEntry`) until interrupted."""
+    """Serve a task app (an id or alias, a discovery choice, or a `TaskAppEntry`) until interrupted. `share_key`:
+    a step called with the key before the server starts (`synth_ai.connect.env_key_share.share_for_serve`)."""
     from synth_ai.taskapp.tracing import tracing_environment
 
+    if share_key is True:
+        raise InvalidInputError("share_key takes the step that shares the key, not True: the task-app SDK does not "
+                                "reach a backend itself.",
+                                hint="Pass share_key=synth_ai.connect.env_key_share.share_for_serve(print), or leave "
+                                     "it out to serve without sharing the key.")
     if not 1 <= int(port) <= 65535:
         raise InvalidInputError(f"--port must be between 1 and 65535, not {port}")
     load_env_files(env_files, echo=echo)
@@ -238,14 +132,8 @@ def serve_task_app(
     ensure_port_available(host, port, force=force, echo=echo)
     require_environment_api_key(interactive=interactive)
     _refuse_unguarded_app(entry, host, port)
-    if share_key:
-        from synth_ai.client.env_keys import share_environment_key
-
-        # The backend's RL worker calls this app with this key; a failure only warns, as in 0.2.17's serve.
-        result = share_environment_key(os.environ.get(ENV_KEY) or (allowed_environment_api_keys() or [None])[0],
-                                       say=echo, warn=lambda m: echo(f"[WARN] {m}"))
-        if result.status == "skipped":
-            echo(f"[preflight] {result.message}")
+    if share_key:  # the backend's RL worker calls this app with this key
+        share_key(os.environ.get(ENV_KEY) or (allowed_environment_api_keys() or [None])[0])
 
     import uvicorn
 

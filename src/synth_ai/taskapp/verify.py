@@ -7,7 +7,7 @@ pre-flight. Every check returns a `CheckResult` whose `kind` tells failures apar
 |-----------------|----------------------------------------------------------------|---------------|
 | `ok`            | passed                                                         | 0             |
 | `unreachable`   | no connection (refused, DNS, TLS)                              | NETWORK (5)   |
-| `timeout`       | no answer within the timeout                                   | TIMEOUT (7)   |
+| `timeout`       | no answer within the timeout (per seed for task instances)     | TIMEOUT (7)   |
 | `auth`          | key rejected (400/401/403), or the app has no key configured   | AUTH (4)      |
 | `missing_route` | 404/405 for a route the contract requires                      | NOT_FOUND (8) |
 | `schema`        | an answer that does not match the contract (field named)       | INVALID_INPUT (3) |
@@ -22,13 +22,24 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from dataclasses import field as dc_field
 from typing import Any
 
+from synth_ai.env.secrets import redact
 from synth_ai.errors import ExitCode
 from synth_ai.taskapp.auth import auth_headers
+from synth_ai.taskapp.client import TaskAppAnswer, TaskAppClient
+from synth_ai.taskapp.contracts import RolloutMode, RolloutRequest
+from synth_ai.taskapp.failures import (
+    EXCERPT_CHARS,
+    TaskAppHTTPError,
+    TaskAppInvalidResponse,
+    TaskAppTimeout,
+    TaskAppTransportError,
+    TaskAppUnreachable,
+)
 from synth_ai.urls import join_url
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -96,13 +107,6 @@ def _headers(api_key: str | None, aliases: Sequence[str] = ()) -> dict[str, str]
     return auth_headers(api_key, aliases) if api_key else {}
 
 
-def _error_code(body: Any) -> str | None:
-    try:
-        return body["detail"]["error"]["code"]
-    except (KeyError, TypeError):
-        return None
-
-
 def _body(response: Any) -> Any:
     try:
         return response.json()
@@ -110,55 +114,27 @@ def _body(response: Any) -> Any:
         return None
 
 
-async def _request(name: str, client: Any, method: str, url: str, *, headers: dict[str, str], timeout: float,
-                   params: Any = None, json_body: Any = None) -> tuple[CheckResult | None, Any]:
-    """Send one request; a `CheckResult` when it failed at the transport or HTTP level, else the response."""
-    import httpx
-
-    started = time.perf_counter()
-    try:
-        response = await client.request(method, url, headers=headers, params=params, json=json_body,
-                                        timeout=timeout)
-    except httpx.TimeoutException:
-        return CheckResult(name, False, "timeout", f"{method} {url} did not answer within {timeout:g}s", url=url,
-                           elapsed_ms=int((time.perf_counter() - started) * 1000)), None
-    except httpx.HTTPError as exc:
-        return CheckResult(name, False, "unreachable", f"Could not reach {url}: {type(exc).__name__}: {exc}",
-                           url=url), None
-    response.elapsed_ms = int((time.perf_counter() - started) * 1000)  # type: ignore[attr-defined]
-    return None, response
-
-
-def _http_failure(name: str, url: str, response: Any) -> CheckResult | None:
-    status = response.status_code
-    elapsed = getattr(response, "elapsed_ms", None)
-    if status < 400:
-        return None
-    body = _body(response)
-    code = _error_code(body)
+def _http_failure(name: str, url: str, exc: TaskAppHTTPError, elapsed: int) -> CheckResult:
+    status, code = exc.status_code, exc.error_code
     if status == 503 and code == "missing_environment_api_key":
         return CheckResult(name, False, "auth", "The task app has no ENVIRONMENT_API_KEY configured "
                            "(503 missing_environment_api_key); set it where the app runs.",
                            url=url, status_code=status, elapsed_ms=elapsed)
-    if status in (401, 403) or (status == 400 and code in ("unauthorised", "unauthorized")):
+    if exc.auth_refused:
         return CheckResult(name, False, "auth", f"The task app rejected the API key (HTTP {status}"
                            f"{' ' + code if code else ''}). Check ENVIRONMENT_API_KEY or --api-key.",
                            url=url, status_code=status, elapsed_ms=elapsed)
     if status in (404, 405):
         return CheckResult(name, False, "missing_route", f"{url} is not a route of this task app (HTTP {status}).",
                            url=url, status_code=status, elapsed_ms=elapsed)
-    detail = response.text[:300]
-    return CheckResult(name, False, "server_error", f"{url} answered HTTP {status}: {detail}", url=url,
-                       status_code=status, elapsed_ms=elapsed)
+    message = exc.error_message if status >= 500 else None  # the app's own words, where it sent them
+    return CheckResult(name, False, "server_error", f"{url} answered HTTP {status}: {message or exc.excerpt}",
+                       url=url, status_code=status, elapsed_ms=elapsed)
 
 
-def _schema_failure(name: str, url: str, exc: Any, response: Any) -> CheckResult:
-    errors = exc.errors()
-    first = errors[0] if errors else {}
-    loc = ".".join(str(p) for p in first.get("loc", ())) or "(root)"
-    return CheckResult(name, False, "schema", f"{url}: field '{loc}': {first.get('msg', exc)}", url=url,
-                       status_code=response.status_code, elapsed_ms=getattr(response, "elapsed_ms", None),
-                       field=loc)
+def _schema_failure(name: str, url: str, exc: TaskAppInvalidResponse, elapsed: int | None = None) -> CheckResult:
+    return CheckResult(name, False, "schema", f"{url}: {exc.reason}", url=url, status_code=exc.status_code,
+                       elapsed_ms=elapsed, field=exc.field)
 
 
 def _ok(name: str, url: str, response: Any, message: str, data: Any = None,
@@ -187,21 +163,44 @@ class _Client:
             await self._own.aclose()
 
 
-async def _call(name: str, client: Any, method: str, url: str, *, headers: dict[str, str], timeout: float,
-                params: Any = None, json_body: Any = None,
-                accept: tuple[int, ...] = ()) -> tuple[CheckResult | None, Any]:
-    """One request with transport and HTTP failures classified; statuses in `accept` are not failures."""
-    async with _Client(client) as http:
-        failure, response = await _request(name, http, method, url, headers=headers, timeout=timeout,
-                                           params=params, json_body=json_body)
-    if failure is None and response.status_code not in accept:
-        failure = _http_failure(name, url, response)
-    return failure, response
+async def _call(name: str, client: Any, base_url: str, path: str, send: Callable[[TaskAppClient], Awaitable[Any]],
+                *, headers: dict[str, str], accept: tuple[int, ...] = ()) -> tuple[CheckResult | None, Any]:
+    """One call through the task-app client, its typed failures as a check's kinds; statuses in `accept` are
+    answers, not failures. Returns (failure, None) or (None, the answer)."""
+    url = join_url(base_url, path)
+    started = time.perf_counter()
+
+    def elapsed() -> int:
+        return int((time.perf_counter() - started) * 1000)
+
+    try:
+        async with _Client(client) as http:
+            return None, await send(TaskAppClient(base_url, headers=headers, http=http))
+    except TaskAppHTTPError as exc:
+        if exc.status_code in accept:
+            return None, TaskAppAnswer(exc.status_code, exc.text, elapsed(), url)
+        return _http_failure(name, url, exc, elapsed()), None
+    except TaskAppTimeout as exc:
+        return CheckResult(name, False, "timeout", exc.reason, url=url, elapsed_ms=elapsed()), None
+    except TaskAppUnreachable as exc:
+        if exc.status_code is not None:  # a gateway answered: reported as the answer it was, as before
+            return CheckResult(name, False, "server_error",
+                               f"{url} answered HTTP {exc.status_code}: {redact(exc.text[:EXCERPT_CHARS])}",
+                               url=url, status_code=exc.status_code, elapsed_ms=elapsed()), None
+        return CheckResult(name, False, "unreachable", f"Could not reach {url}: {exc.reason}", url=url), None
+    except TaskAppInvalidResponse as exc:
+        return _schema_failure(name, url, exc, elapsed()), None
+    except TaskAppTransportError as exc:
+        return CheckResult(name, False, "unreachable", f"Could not reach {url}: {exc.reason}", url=url), None
+
+
+def _get(path: str, timeout: float, params: Any = None) -> Callable[[TaskAppClient], Awaitable[Any]]:
+    return lambda app: app.get(path, params=params, timeout_s=timeout)
 
 
 async def acheck_root(base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, client: Any = None) -> CheckResult:
     url = join_url(base_url, "/")
-    failure, response = await _call("root", client, "GET", url, headers={}, timeout=timeout)
+    failure, response = await _call("root", client, base_url, "/", _get("/", timeout), headers={})
     if failure:
         return failure
     body = _body(response)
@@ -214,8 +213,8 @@ async def acheck_root(base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, clie
 async def acheck_health(base_url: str, api_key: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
                         aliases: Sequence[str] = (), client: Any = None) -> HealthReport:
     url = join_url(base_url, "/health")
-    failure, response = await _call("health", client, "GET", url, headers=_headers(api_key, aliases),
-                                    timeout=timeout)
+    failure, response = await _call("health", client, base_url, "/health", _get("/health", timeout),
+                                    headers=_headers(api_key, aliases))
     if failure:
         return failure
     body = _body(response)
@@ -231,8 +230,8 @@ async def acheck_health(base_url: str, api_key: str | None, *, timeout: float = 
 async def acheck_info(base_url: str, api_key: str | None, *, timeout: float = DEFAULT_TIMEOUT_S,
                       aliases: Sequence[str] = (), client: Any = None) -> CheckResult:
     url = join_url(base_url, "/info")
-    failure, response = await _call("info", client, "GET", url, headers=_headers(api_key, aliases),
-                                    timeout=timeout)
+    failure, response = await _call("info", client, base_url, "/info", _get("/info", timeout),
+                                    headers=_headers(api_key, aliases))
     if failure:
         return failure
     body = _body(response)
@@ -253,14 +252,21 @@ async def acheck_task_info(base_url: str, api_key: str | None, *, seeds: Sequenc
     one seed, else a list) — at least `min_instances` of them."""
     from pydantic import TypeAdapter, ValidationError
 
+    from synth_ai.taskapp.client import invalid_from
     from synth_ai.taskapp.contracts import TaskInfo
 
     name = "task_instances" if seeds else "task_info"
     url = join_url(base_url, "/task_info")
     params = [("seeds", str(s)) for s in seeds] or None
-    failure, response = await _call(name, client, "GET", url, headers=_headers(api_key, aliases),
-                                    timeout=timeout, params=params)
+    # an app may build each instance on request (0.2.17's crafter: a world per seed, ~1.3 s): `timeout` per seed
+    budget = timeout * max(1, len(seeds))
+    failure, response = await _call(name, client, base_url, "/task_info", _get("/task_info", budget, params),
+                                    headers=_headers(api_key, aliases))
     if failure:
+        if failure.kind == "timeout" and seeds:
+            failure.message = (f"GET {url} did not answer within {budget:g}s, the time allowed for the "
+                               f"{len(seeds)} task instance(s) it was asked for (seeds {_span(seeds)}, "
+                               f"{timeout:g}s each)")
         return failure
     body = _body(response)
     if not seeds:
@@ -272,22 +278,26 @@ async def acheck_task_info(base_url: str, api_key: str | None, *, seeds: Sequenc
     try:
         TypeAdapter(list[TaskInfo]).validate_python(items)
     except ValidationError as exc:
-        return _schema_failure(name, url, exc, response)
+        return _schema_failure(name, url, invalid_from(exc, url=url, status_code=response.status_code),
+                               response.elapsed_ms)
     if len(items) < min_instances:
         return CheckResult(name, False, "schema", f"{url}: {len(items)} task instances for {len(seeds)} seeds, "
                            f"fewer than the {min_instances} required", url=url, status_code=response.status_code)
     return _ok(name, url, response, f"{len(items)} task instance(s) for seeds {list(seeds)}", data=body)
 
 
-def rollout_request_body(*, run_id: str, seed: int, inference_url: str, model: str, mode: str = "eval",
-                         split: str | None = None, max_tokens: int | None = None) -> dict[str, Any]:
-    config: dict[str, Any] = {"model": model, "inference_url": inference_url}
-    if max_tokens is not None:
-        config["max_tokens"] = max_tokens
-    env_config = {"split": split} if split else {}
-    return {"run_id": run_id, "env": {"seed": seed, "config": env_config},
-            "policy": {"policy_name": "verify", "config": config}, "ops": ["agent", "env"], "mode": mode,
-            "record": {"return_trace": False}}
+def _span(seeds: Sequence[int]) -> str:
+    return f"{seeds[0]}-{seeds[-1]}" if list(seeds) == list(range(seeds[0], seeds[-1] + 1)) else \
+        ", ".join(str(s) for s in seeds)
+
+
+def rollout_request(*, run_id: str, seed: int, inference_url: str, model: str,
+                    mode: RolloutMode = "eval") -> RolloutRequest:
+    """The verifier's one-turn rollout (policy `verify`, no trace asked for)."""
+    return RolloutRequest.model_validate({
+        "run_id": run_id, "env": {"seed": seed, "config": {}},
+        "policy": {"policy_name": "verify", "config": {"model": model, "inference_url": inference_url}},
+        "ops": ["agent", "env"], "mode": mode, "record": {"return_trace": False}})
 
 
 async def acheck_rollout(base_url: str, api_key: str | None, *, inference_url: str | None = None,
@@ -297,17 +307,16 @@ async def acheck_rollout(base_url: str, api_key: str | None, *, inference_url: s
     """Without a model: `/rollout` must exist and reject a request with no `mode` (422). With `inference_url` and
     `model`: one real rollout, validated against `RolloutResponse`, with the RL trainer's expectations reported
     as warnings (a `?cid=` is added to the inference URL to check it comes back)."""
-    from pydantic import ValidationError
-
-    from synth_ai.taskapp.contracts import RolloutResponse, rl_response_problems
+    from synth_ai.taskapp.contracts import rl_response_problems
     from synth_ai.taskapp.inference import with_cid
 
     url = join_url(base_url, "/rollout")
     headers = _headers(api_key, aliases)
     if not (inference_url and model):
-        failure, response = await _call("rollout", client, "POST", url, headers=headers, timeout=timeout,
-                                        json_body={"run_id": "verify-probe", "env": {}, "policy": {}, "ops": []},
-                                        accept=(200, 201, 422))
+        probe = {"run_id": "verify-probe", "env": {}, "policy": {}, "ops": []}  # no `mode`: must be refused
+        failure, response = await _call("rollout", client, base_url, "/rollout",
+                                        lambda app: app.post_json("/rollout", probe, timeout_s=timeout),
+                                        headers=headers, accept=(422,))
         if failure:
             return failure
         if response.status_code == 422:
@@ -317,24 +326,18 @@ async def acheck_rollout(base_url: str, api_key: str | None, *, inference_url: s
                            f"{response.status_code}); the contract requires it", url=url,
                            status_code=response.status_code, field="mode")
     cid = f"verify-{uuid.uuid4().hex[:12]}"
-    body = rollout_request_body(run_id=cid, seed=seed, inference_url=with_cid(inference_url, cid), model=model)
-    failure, response = await _call("rollout", client, "POST", url, headers=headers, timeout=rollout_timeout,
-                                    json_body=body)
+    request = rollout_request(run_id=cid, seed=seed, inference_url=with_cid(inference_url, cid), model=model)
+    failure, answer = await _call("rollout", client, base_url, "/rollout",
+                                  lambda app: app.rollout(request, timeout_s=rollout_timeout), headers=headers)
     if failure:
-        error = _body(response) if response is not None and response.status_code >= 500 else None
-        detail = error.get("detail") if isinstance(error, dict) else None
-        message = ((detail or {}).get("error") or {}).get("message") if isinstance(detail, dict) else None
-        if message:
-            failure.message = f"{url} answered HTTP {response.status_code}: {message}"
         return failure
-    doc = _body(response)
     try:
-        parsed = RolloutResponse.model_validate(doc)
-    except ValidationError as exc:
-        return _schema_failure("rollout", url, exc, response)
+        parsed = answer.validated()
+    except TaskAppInvalidResponse as exc:
+        return _schema_failure("rollout", url, exc, answer.elapsed_ms)
     steps = sum(len(t.steps) for t in parsed.trajectories)
     reward = parsed.metrics.mean_return
-    return _ok("rollout", url, response, f"rollout ran: {steps} step(s), mean return {reward:g}", data=doc,
+    return _ok("rollout", url, answer, f"rollout ran: {steps} step(s), mean return {reward:g}", data=answer.doc,
                warnings=rl_response_problems(parsed))
 
 

@@ -6,8 +6,10 @@ MlflowClient reads MLFLOW_TRACKING_URI (default: ./mlruns) and MLflow's own cred
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from synth_ai.tracking.settings import TrackingSettings
 from synth_ai.tracking.tables import SampleTable, as_records
@@ -16,20 +18,22 @@ RUN_ID_TAG = "synth_ai.run_id"
 MAX_PARAM_CHARS = 500
 MAX_PARAMS = 500
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
+REACH_TIMEOUT_S = 5.0
 
 
 class MlflowSink:
     name = "mlflow"
-    fix = ("install it (pip install 'synth-ai[tracking]'), and set MLFLOW_TRACKING_URI in the environment of the "
-           "process that runs the job (the backend) to a tracking server or store it can reach")
+    fix = ("set MLFLOW_TRACKING_URI in the environment of the process that runs the job (the backend) to a tracking "
+           "server or store it can reach")
 
     def __init__(self) -> None:
         self.client: Any = None
         self.run_id = ""
 
     def start(self, settings: TrackingSettings, config: dict[str, Any]) -> None:
-        from mlflow import MlflowClient
+        from mlflow import MlflowClient, get_tracking_uri
 
+        _require_reachable(get_tracking_uri())  # else MLflow's client sits minutes in its retries, then fails
         self.client = MlflowClient()
         experiment = self.client.get_experiment_by_name(settings.mlflow_experiment)
         experiment_id = experiment.experiment_id if experiment is not None else \
@@ -72,6 +76,21 @@ class MlflowSink:
         params = [Param(_key(k), str(v)[:MAX_PARAM_CHARS]) for k, v in flat]
         for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
             self.client.log_batch(self.run_id, params=params[start:start + 100])
+
+
+def _require_reachable(uri: str) -> None:
+    """A tracking server (http/https URI) must accept a connection within seconds; a file store or database URI
+    is left to MLflow."""
+    parts = urlsplit(uri)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        where = f"{parts.scheme}://{parts.hostname}:{port}"  # no credentials from the URI
+        raise ConnectionError(f"cannot reach the MLflow tracking server at {where} "
+                              f"({exc.strerror or type(exc).__name__})") from None
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -16,8 +16,8 @@ FLUSH_S = 2.0  # points reach the file (and a watching TensorBoard) within secon
 
 class TensorBoardSink:
     name = "tensorboard"
-    fix = ("install it (pip install 'synth-ai[tracking]'), and make [logging].tensorboard_dir a folder the backend "
-           "can write")
+    fix = "make [logging].tensorboard_dir a folder the backend can write"
+    folder_setting = "[logging].tensorboard_dir"
 
     def __init__(self) -> None:
         self.writer: Any = None

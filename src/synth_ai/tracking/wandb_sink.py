@@ -4,6 +4,8 @@ WANDB_API_KEY, WANDB_MODE (offline writes a `.wandb` file to sync later), WANDB_
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from synth_ai.tracking.settings import TrackingSettings
@@ -14,8 +16,9 @@ INIT_TIMEOUT_S = 60.0
 
 class WandbSink:
     name = "wandb"
-    fix = ("install it (pip install 'synth-ai[tracking]'), then set WANDB_API_KEY in the environment of the process "
-           "that runs the job (the backend), or WANDB_MODE=offline to write the run to disk and `wandb sync` it later")
+    fix = ("set WANDB_API_KEY in the environment of the process that runs the job (the backend), or "
+           "WANDB_MODE=offline to write the run to disk and `wandb sync` it later")
+    folder_setting = "WANDB_DIR"
 
     def __init__(self) -> None:
         self.run: Any = None
@@ -25,7 +28,7 @@ class WandbSink:
         import wandb
 
         self.wandb = wandb
-        settings.wandb_dir.mkdir(parents=True, exist_ok=True)
+        _require_writable(settings.wandb_dir)  # wandb's own error would not name the folder
         self.run = wandb.init(dir=str(settings.wandb_dir), project=settings.wandb_project, name=settings.run_name,
                               id=_run_id(settings.run_id), resume="allow", tags=list(settings.tags) or None,
                               config=config, reinit="create_new",
@@ -51,3 +54,12 @@ class WandbSink:
 def _run_id(run_id: str) -> str:
     """W&B run ids allow letters, digits, '-' and '_' only."""
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in run_id)[:128]
+
+
+def _require_writable(folder: Path) -> None:
+    """An OSError naming the folder when it cannot be made or written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write in {folder} ({exc.strerror})", str(folder)) from None

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from synth_ai.client.connect import stop_started_backend
+from synth_ai.connect.embedded_backend import stop_started_backend
 from synth_ai.client.resources import SynthAPI
 from synth_ai.env.backend_url import BackendTarget
 from synth_ai.env.extras import install_commands

@@ -14,8 +14,8 @@ from synth_ai.config.kinds import infer_training_kind
 from synth_ai.config.loaded import LoadedConfig
 from synth_ai.config.loader import load_config
 from synth_ai.config.toml_source import display_path, load_toml
-from synth_ai.env.backend_url import BackendTarget, resolve_backend
-from synth_ai.env.dotenv_files import get_env, load_command_env
+from synth_ai.env.backend_url import BackendTarget, as_it_would_start, resolve_backend
+from synth_ai.env.dotenv_files import load_command_env
 from synth_ai.errors import ConfigError, ConfigIssue, InvalidInputError
 from synth_ai.train.plan import TrainPlan, plan_rl, plan_sft
 
@@ -35,6 +35,7 @@ class TrainOptions:
     allow_experimental: bool | None = None
     idempotency: str | None = None
     examples: int | None = None
+    dry_run: bool = False  # plan only: the embedded backend is shown where it would start (`as_it_would_start`)
 
 
 @dataclass
@@ -75,6 +76,13 @@ def select_config(options: TrainOptions, choose) -> tuple[Path, str | None]:
     return path, None if kind == "auto" else kind
 
 
+def _environment_key(env_files: list[Path]) -> str | None:
+    from synth_ai.env.environment_key import resolve_environment_key
+
+    key = resolve_environment_key(env_files)
+    return key.value if key else None
+
+
 def prepare_training(options: TrainOptions, choose) -> PreparedTraining:
     if options.examples is not None and options.examples <= 0:
         raise InvalidInputError(f"--examples must be a positive number of records, not {options.examples}.",
@@ -93,11 +101,14 @@ def prepare_training(options: TrainOptions, choose) -> PreparedTraining:
     config = load_config(path, kind, ctx)
     notices = _ignored_flags(options, kind)
     backend = resolve_backend(options.backend)
+    if options.dry_run:
+        backend, moved = as_it_would_start(backend)
+        notices += [moved] if moved else []
     api_key = api_key_for(backend)
     if kind == "sft":
         plan = plan_sft(config, backend, api_key=api_key, examples=options.examples, idempotency=options.idempotency)
     else:
-        plan = plan_rl(config, backend, api_key=api_key, env_key=get_env("ENVIRONMENT_API_KEY"),
+        plan = plan_rl(config, backend, api_key=api_key, env_key=_environment_key(env_files),
                        idempotency=options.idempotency)
     return PreparedTraining(config=config, backend=backend, plan=plan, env_files=env_files, notices=notices,
                             missing_api_key=not api_key)

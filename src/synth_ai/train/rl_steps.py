@@ -4,13 +4,11 @@ sealed → the backend verifies the app → `create-job` (see `synth_ai.train.pl
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 from synth_ai.client.idempotency import IdempotencyStore
 from synth_ai.client.resources import SynthAPI
-from synth_ai.env.dotenv_files import get_env
 from synth_ai.env.secrets import mask_secret
 from synth_ai.errors import (
     AuthError,
@@ -32,17 +30,19 @@ class RlSteps:
         self.task_url: str = self.config.task_url
         self.api, self.hooks, self.store, self.idempotency = api, hooks, store, idempotency
         self.env_key = ""
+        self.env_aliases: list[str] = []
         self.fingerprints: list[str] = []
         self.job_id = ""
         self.job: dict[str, Any] = {}
 
     def __enter__(self) -> RlSteps:
-        env_key = get_env("ENVIRONMENT_API_KEY")
-        if not env_key:
+        from synth_ai.env.environment_key import missing_key_hint, resolve_environment_key
+
+        env_key = resolve_environment_key()
+        if env_key is None:
             raise AuthError("ENVIRONMENT_API_KEY is required for RL: the trainer and this check call the task app "
-                            "with it.", hint="Run `synth-ai setup --local`, or pass --env-file with "
-                            "ENVIRONMENT_API_KEY=...")
-        self.env_key = env_key
+                            "with it.", hint=missing_key_hint())
+        self.env_key, self.env_aliases = env_key.value, list(env_key.aliases)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -69,8 +69,7 @@ class RlSteps:
         self.hooks.say("Task app healthy")
 
     def _probe(self, probe) -> None:
-        aliases = [a.strip() for a in os.environ.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
-        check = probe(self.task_url, self.env_key, aliases=aliases, timeout=_probe_timeout(self.api))
+        check = probe(self.task_url, self.env_key, aliases=self.env_aliases, timeout=_probe_timeout(self.api))
         if not check.ok:
             raise error_for_exit_code(check.exit_code, f"Task app check failed: {check.name}: {check.message}",
                                       hint=f"Check the task app at {self.task_url} (`synth-ai task-app validate "

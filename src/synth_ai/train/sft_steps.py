@@ -40,6 +40,7 @@ class SftSteps:
         self.fingerprints: list[str] = []
         self.job_id = ""
         self.job: dict[str, Any] = {}
+        self.earlier = False  # the job is the one an earlier run of this command made
 
     def __enter__(self) -> SftSteps:
         try:
@@ -110,19 +111,28 @@ class SftSteps:
         created = create_job(self.api.sft, "sft.create", payload, idempotency=self.idempotency, store=self.store,
                              hooks=self.hooks)
         self.fingerprints.append(created.fingerprint)
-        self.job_id, self.job = created.job_id, created.doc
+        self.job_id, self.job, self.earlier = created.job_id, created.doc, created.earlier
 
     def start(self) -> None:
         start_fp = fingerprint("sft.start", self.api.transport.api_base, self.job_id)
         self.fingerprints.append(start_fp)
-        self.api.sft.start(self.job_id, idempotency_key=self.store.key_for(start_fp))
+        started = self.api.sft.start(self.job_id, idempotency_key=self.store.key_for(start_fp))
+        status = started.get("status") if isinstance(started, dict) else None
+        if self.earlier and status not in {None, "queued", "created"}:
+            # The earlier run's job, already under way or done: starting it again changed nothing.
+            self.hooks.say(f"✓ Not started again: job {self.job_id} is the existing job, {status}")
+            return
         self.hooks.say("✓ Job started")
 
     def _upload(self, path: Path, sha256: str | None, label: str) -> dict[str, Any]:
-        api, hooks, store = self.api, self.hooks, self.store
         size = path.stat().st_size
-        fp = fingerprint("files.upload", api.transport.api_base, sha256 or str(path.resolve()), path.name, size)
+        fp = fingerprint("files.upload", self.api.transport.api_base, sha256 or str(path.resolve()), path.name, size)
         self.fingerprints.append(fp)
+        with self.store.operation(fp):  # an identical command started meanwhile waits, then reuses this upload
+            return self._upload_once(path, fp, label, size)
+
+    def _upload_once(self, path: Path, fp: str, label: str, size: int) -> dict[str, Any]:
+        api, hooks, store = self.api, self.hooks, self.store
         earlier = _earlier_upload(api, store.result(fp))
         if earlier is not None:  # a re-run (e.g. `--no-poll` to check on the job) does not send the bytes again
             hooks.say(f"✓ {label.capitalize()} already uploaded by an earlier run (id={earlier['id']}, "

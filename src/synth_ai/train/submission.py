@@ -41,6 +41,7 @@ class CreatedJob:
     job_id: str
     doc: dict[str, Any]
     fingerprint: str
+    earlier: bool = False  # the job an earlier run of the same command made (its idempotency key was kept)
 
 
 def create_job(jobs: Jobs, operation: str, payload: dict[str, Any], *, idempotency: str | None,
@@ -49,12 +50,13 @@ def create_job(jobs: Jobs, operation: str, payload: dict[str, Any], *, idempoten
     url = jobs.t.url(jobs.prefix)
     create_fp = fingerprint(operation, jobs.t.api_base, payload)
     hooks.say(f"Creating the job: POST {url}")
-    earlier = idempotency is None and _earlier_job_in_play(jobs, store, create_fp, hooks)
-    created = jobs.create(payload, idempotency_key=store.key_for(create_fp, explicit=idempotency))
-    job_id = job_id_of(created, url)
-    store.remember(create_fp, job_id)
+    with store.operation(create_fp):  # an identical command started meanwhile waits, then finds this job
+        earlier = idempotency is None and _earlier_job_in_play(jobs, store, create_fp, hooks)
+        created = jobs.create(payload, idempotency_key=store.key_for(create_fp, explicit=idempotency))
+        job_id = job_id_of(created, url)
+        store.remember(create_fp, job_id)
     _say_created(hooks, job_id, created, earlier)
-    return CreatedJob(job_id, created if isinstance(created, dict) else {}, create_fp)
+    return CreatedJob(job_id, created if isinstance(created, dict) else {}, create_fp, earlier)
 
 
 def _earlier_job_in_play(jobs: Jobs, store: IdempotencyStore, create_fp: str, hooks: Hooks) -> bool:

@@ -17,11 +17,18 @@ from __future__ import annotations
 PREFIX = "verifiers:"
 ENV_ARGS_VAR = "SYNTH_VERIFIERS_ENV_ARGS"  # JSON object: the taskset's config fields (`serve --env-args`)
 REQUIREMENT = "verifiers==0.4.0"
-INSTALL_HINT = "Install the extra: pip install 'synth-ai[verifiers]' (it pins verifiers 0.4.0)."
+
+
+def install_hint() -> str:
+    """The fix when verifiers is missing: this synth-ai's own `verifiers` extra (computed when needed: finding the
+    install's source reads its metadata, and discovery imports this package on every command that finds apps)."""
+    from synth_ai.env.extras import pip_install
+
+    return f"Install the extra: {pip_install('verifiers')} (it pins verifiers 0.4.0)."
 
 
 def is_verifiers_id(app_id: str | None) -> bool:
     return isinstance(app_id, str) and app_id.startswith(PREFIX)
 
 
-__all__ = ["ENV_ARGS_VAR", "INSTALL_HINT", "PREFIX", "REQUIREMENT", "is_verifiers_id"]
+__all__ = ["ENV_ARGS_VAR", "PREFIX", "REQUIREMENT", "install_hint", "is_verifiers_id"]

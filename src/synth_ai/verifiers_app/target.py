@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from synth_ai.errors import InvalidInputError, NotFoundError, UnavailableError
-from synth_ai.verifiers_app import ENV_ARGS_VAR, INSTALL_HINT, PREFIX
+from synth_ai.verifiers_app import ENV_ARGS_VAR, PREFIX, install_hint
 
 
 class VerifiersMissingError(UnavailableError):
@@ -54,7 +54,7 @@ def require_verifiers() -> Any:
         missing = getattr(exc, "name", None) or "verifiers"
         raise VerifiersMissingError(
             f"Serving a verifiers environment needs the verifiers package (import of {missing!r} failed).",
-            hint=INSTALL_HINT) from None
+            hint=install_hint()) from None
     return vf
 
 

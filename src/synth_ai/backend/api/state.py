@@ -87,10 +87,10 @@ class Backend:
     def _new_engine(self) -> Any:
         """The inference engine SYNTH_AI_INFERENCE_ENGINE names (`server_settings`)."""
         if self.settings.inference_engine == "vllm":
-            from synth_ai.backend.inference.vllm_serving import VllmServingEngine
+            from synth_ai.backend.inference.vllm_serving import VllmInferenceEngine
             from synth_ai.backend.ml.loading import placement
 
-            return VllmServingEngine(self.model_store, cpu=placement().device != "cuda")
+            return VllmInferenceEngine(self.model_store, cpu=placement().device != "cuda")
         from synth_ai.backend.inference.engine import InferenceEngine
 
         return InferenceEngine(self.model_store)

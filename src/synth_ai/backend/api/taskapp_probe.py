@@ -8,14 +8,16 @@ the keys to whatever host the task app names).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
 
 from synth_ai.backend.http_errors import ApiError
 from synth_ai.env.backend_keys import KnownKey
 from synth_ai.env.secrets import redact
+from synth_ai.taskapp.client import TaskAppClient, run_sync
+from synth_ai.taskapp.failures import TaskAppFailure, TaskAppHTTPError, TaskAppUnreachable
+from synth_ai.taskapp.reachability import app_error_code
 from synth_ai.urls import join_url
 
 PROBE_TIMEOUT_S = 10.0
@@ -34,15 +36,15 @@ def auth_headers(style: str, key: str, all_keys: list[str]) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def snippet(response: httpx.Response, keys: list[str]) -> Any:
+def snippet(text: str, keys: list[str]) -> Any:
     """The start of a task app's answer, for a report; key fragments in it (a 0.2.17 app's `allowed_first15`,
     `got_first15`, `expected_prefix`) are hidden, and any whole key the backend knows is masked."""
     try:
-        body = without_key_fragments(response.json())
+        body = without_key_fragments(json.loads(text))
     except ValueError:
-        return redact(response.text[:300], keys)
-    text = redact(str(body), keys)
-    return body if len(text) <= 600 and text == str(body) else text[:600]
+        return redact(text[:300], keys)
+    shown = redact(str(body), keys)
+    return body if len(shown) <= 600 and shown == str(body) else shown[:600]
 
 
 def without_key_fragments(value: Any) -> Any:
@@ -54,28 +56,31 @@ def without_key_fragments(value: Any) -> Any:
     return value
 
 
-def health_ok(response: httpx.Response) -> bool:
+def health_ok(status_code: int, text: str) -> bool:
     """200, or 401/403 that names the expected key prefix (the reference treats that as auth-optional)."""
-    if response.status_code == 200:
+    if status_code == 200:
         return True
-    if response.status_code in (401, 403):
+    if status_code in (401, 403):
         try:
-            body = response.json()
+            body = json.loads(text)
         except ValueError:
             return False
-        text = str(body).lower()
-        return "expected_api_key_prefix" in text or "expected prefix" in text
+        shown = str(body).lower()
+        return "expected_api_key_prefix" in shown or "expected prefix" in shown
     return False
 
 
-def _error_code(response: httpx.Response) -> str:
+async def get_answer(app: TaskAppClient, path: str, headers: dict[str, str],
+                     timeout: float) -> tuple[int, str] | TaskAppFailure:
+    """(status, body) of a GET whatever the status (a gateway's in the app's place included); the failure when
+    nothing answered."""
     try:
-        body = response.json()
-    except ValueError:
-        return ""
-    detail = body.get("detail") if isinstance(body, dict) else None
-    error = detail.get("error") if isinstance(detail, dict) else (body.get("error") if isinstance(body, dict) else None)
-    return str(error.get("code", "")) if isinstance(error, dict) else ""
+        answer = await app.get(path, headers=headers, timeout_s=timeout)
+    except (TaskAppHTTPError, TaskAppUnreachable) as exc:
+        return exc if exc.status_code is None else (exc.status_code, exc.text)
+    except TaskAppFailure as exc:
+        return exc
+    return answer.status_code, answer.text
 
 
 @dataclass
@@ -84,48 +89,51 @@ class ProbeResult:
     attempts: list[dict[str, Any]] = field(default_factory=list)
 
 
-def require_usable_task_app(base_url: str, known: list[KnownKey], *, timeout: float = PROBE_TIMEOUT_S,
-                            transport: httpx.BaseTransport | None = None) -> ProbeResult:
+def require_usable_task_app(base_url: str, known: list[KnownKey], *, timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
     """GET `<task app>/health` with each known key (as `X-API-Key`, the header the RL worker sends) until one is
     accepted; otherwise raise the 4xx that says which keys were tried (masked) and how to give the backend one."""
     base = base_url.rstrip("/")
-    tried = [k.describe() for k in known]
     if not known:
         raise ApiError(400, "missing_environment_api_key",
                        f"This backend knows no ENVIRONMENT_API_KEY, so its RL worker could not call the task app at "
                        f"{base}." + SHORT_FIX, hint=FIX_HINT, details={"task_url": base, "keys_tried": []})
+    return run_sync(_probe(base, known, timeout))
+
+
+async def _probe(base: str, known: list[KnownKey], timeout: float) -> ProbeResult:
     values = [k.value for k in known]
     result = ProbeResult(None)
-    with httpx.Client(timeout=timeout, follow_redirects=False, transport=transport) as client:
+    async with TaskAppClient(base) as app:
         for candidate in known:
             attempt: dict[str, Any] = {"url": join_url(base, "health"), "key": candidate.describe()}
             result.attempts.append(attempt)
-            try:
-                response = client.get(join_url(base, "health"), headers={"X-API-Key": candidate.value})
-            except httpx.HTTPError as exc:
+            answer = await get_answer(app, "/health", {"X-API-Key": candidate.value}, timeout)
+            if isinstance(answer, TaskAppFailure):
                 raise ApiError(400, "task_app_unreachable",
                                f"The task app at {base} cannot be reached from the backend "
-                               f"({type(exc).__name__}: {redact(str(exc), values) or 'no answer'}).",
+                               f"({redact(answer.reason, values) or 'no answer'}).",
                                hint="Start it (`synth-ai serve <app id>`) or fix --task-url / TASK_APP_URL / "
                                     "[services].task_url; the URL must be reachable from the backend's machine.",
-                               details={"task_url": base}) from None
-            attempt["status"] = response.status_code
-            if health_ok(response):
+                               details={"task_url": base})
+            status, text = answer
+            attempt["status"] = status
+            if health_ok(status, text):
                 result.key = candidate
                 return result
-            if response.status_code == 503 and _error_code(response) == "missing_environment_api_key":
+            if status == 503 and app_error_code(text) == "missing_environment_api_key":
                 raise ApiError(400, "task_app_has_no_key",
                                f"The task app at {base} has no ENVIRONMENT_API_KEY configured, so it refuses every "
                                "caller.", hint="Start the task app with ENVIRONMENT_API_KEY set (`synth-ai serve` "
                                "reads it from your .env; `synth-ai setup --local` writes one).",
-                               details={"task_url": base, "answer": snippet(response, values)})
-            if response.status_code not in (400, 401, 403):
+                               details={"task_url": base, "answer": snippet(text, values)})
+            if status not in (400, 401, 403):
                 raise ApiError(400, "task_app_unhealthy",
-                               f"The task app at {base} answered GET /health with {response.status_code}.",
+                               f"The task app at {base} answered GET /health with {status}.",
                                hint=f"Check that {base} is a synth-ai task app and that it is healthy "
                                     f"(`synth-ai task-app validate --url {base}`).",
-                               details={"task_url": base, "answer": snippet(response, values)})
-            attempt["answer"] = snippet(response, values)
+                               details={"task_url": base, "answer": snippet(text, values)})
+            attempt["answer"] = snippet(text, values)
+    tried = [k.describe() for k in known]
     raise ApiError(400, "task_app_auth_failed",
                    f"The task app at {base} refused every ENVIRONMENT_API_KEY this backend knows "
                    f"(tried: {', '.join(tried)})." + SHORT_FIX, hint=FIX_HINT,

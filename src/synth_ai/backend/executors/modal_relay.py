@@ -90,7 +90,7 @@ class Relay:
                              f"Submitted to Modal: {self.plan.gpu}"
                              + (f" x {self.plan.nodes} nodes" if self.plan.nodes > 1 else "") + f" (call {call_id}).",
                              {"call_id": call_id, "gpu": self.plan.gpu, "nodes": self.plan.nodes,
-                              "app": self.plan.app_name, "transport": self.transport.name,
+                              "ranks": self.plan.world_size, "app": self.plan.app_name, "transport": self.transport.name,
                               "secrets": sorted(secrets)}, "info")  # names only
         return call_id
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Protocol
 
+from synth_ai.backend.executors.modal_container import copy_database
 from synth_ai.backend.executors.modal_plan import ModalPlan
 
 EMULATE_ENV = "SYNTH_AI_MODAL_EMULATE"
@@ -86,13 +86,7 @@ class EmulatedTransport:
         source = self._dir(plan) / DB_RELATIVE
         if not source.is_file():
             return False
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
-        try:
-            out = sqlite3.connect(dest)
-            src.backup(out)  # a consistent copy while the job writes
-            out.close()
-        finally:
-            src.close()
+        copy_database(source, dest)  # a consistent copy while the job writes
         return True
 
     def download(self, plan: ModalPlan, relative: str, dest: Path) -> None:
@@ -173,7 +167,7 @@ def _volume(plan: ModalPlan) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """The emulated remote container: run the job function on a data dir, as Modal would."""
     args = sys.argv[1:] if argv is None else argv
-    from synth_ai.backend.executors.modal_plan import remote_job
+    from synth_ai.backend.executors.modal_container import remote_job
 
     result = remote_job(args[0], args[1])
     return 0 if result.get("exit_code") == 0 else 1

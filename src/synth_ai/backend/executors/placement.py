@@ -7,9 +7,10 @@ base). The rule (docs/scale.md):
 
 - models up to CPU_MAX_PARAMS_B (the tiny models, Qwen3-0.6B/1.7B) run anywhere; their `[compute]` describes hosted
   hardware and is ignored here, as it always was;
-- a bigger model needs GPUs: the local and torchrun executors take it when this machine has at least
-  gpu_count x nodes GPUs (nodes > 1 never runs here), else it goes to Modal when Modal is usable, else the job is
-  refused with what would run it - never a silent CPU run of a 32B model.
+- a bigger model needs GPUs: the local and torchrun executors take it when this machine has at least gpu_count
+  GPUs and the job asks for one node (or, under a multi-node torchrun backend, at most its nodes), else it goes to
+  Modal when Modal is usable, else the job is refused with what would run it - never a silent CPU run of a 32B
+  model.
 
 This module is imported by the API process: no torch, no modal (GPUs are counted from /dev and CUDA_VISIBLE_DEVICES).
 """
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from synth_ai.backend.executors.torchrun_command import NodePlace
+from synth_ai.backend.jobs.kinds import find_kind
 from synth_ai.backend.jobs.launching import NoExecutorError
 from synth_ai.backend.server_settings import (  # noqa: F401 - the names and their check are re-exported here
     EXECUTORS,
@@ -30,6 +32,8 @@ from synth_ai.backend.server_settings import (  # noqa: F401 - the names and the
     modal_token_configured,
 )
 from synth_ai.backend.store.db import loads
+from synth_ai.config.job_specs import JobSpec
+from synth_ai.models.registry import model_params_b, parse_params_b  # noqa: F401 - also re-exported
 
 CPU_MAX_PARAMS_B = 2.0
 GPU_COUNT_ENV = "SYNTH_AI_BACKEND_GPUS"  # overrides the count of local GPUs (tests, containers without /dev/nvidia*)
@@ -58,32 +62,11 @@ class JobNeeds:
         return f"{self.model} ({size}) on {hw}"
 
 
-def parse_params_b(text: str) -> float | None:
-    """'32B' -> 32, '30B-A3B' -> 30 (total, what memory needs), '0.14M' -> 0.00014; '' -> None."""
-    match = re.match(r"\s*([0-9.]+)\s*([MB])", text or "", re.IGNORECASE)
-    if not match:
-        return None
-    value = float(match.group(1))
-    return value / 1000.0 if match.group(2).upper() == "M" else value
-
-
-def model_params_b(model: str) -> float | None:
-    from synth_ai.models.registry import find_model
-
-    base = model.split(":")[1] if model.startswith("ft:") and model.count(":") >= 2 else model
-    info = find_model(base)
-    return parse_params_b(info.parameters) if info is not None else None
-
-
 def _compute_of(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-    if kind == "sft":
-        effective = ((payload.get("metadata") or {}).get("effective_config") or {})
-        compute = effective.get("compute")
-    else:
-        data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
-        config = data.get("config") if isinstance(data.get("config"), dict) else {}
-        compute = payload.get("compute") or config.get("compute")
-    return compute if isinstance(compute, dict) else {}
+    """`[compute]` where the kind's spec says it lives (SFT: `metadata.effective_config.compute`; RL: `compute` or
+    `data.config.compute`)."""
+    job = find_kind(kind)
+    return (job.spec_type if job is not None else JobSpec).of(payload).compute
 
 
 def job_needs(kind: str, model: str, payload: dict[str, Any]) -> JobNeeds:
@@ -119,7 +102,9 @@ def choose(backend_executor: str, needs: JobNeeds, *, gpus: int | None = None) -
     gpus = local_gpu_count() if gpus is None else gpus
     if backend_executor == "modal":
         return "modal"
-    fits_here = not needs.needs_gpu or (needs.nodes == 1 and gpus >= needs.gpu_count)
+    # a multi-node torchrun backend (`backend serve --nnodes`) spans its nodes; each is taken to have this one's GPUs
+    nodes_here = NodePlace.from_env().nodes if backend_executor == "torchrun" else 1
+    fits_here = not needs.needs_gpu or (needs.nodes <= nodes_here and gpus >= needs.gpu_count)
     if fits_here:
         return backend_executor
     if modal_token_configured():

@@ -1,12 +1,14 @@
 """What a job run on Modal needs from this backend beyond its data dir: the secrets it calls others with, and a
 task app it can reach.
 
-- Secrets: an RL job presents the task app's ENVIRONMENT_API_KEY, and a `[judge]` job its provider's key. This
-  backend knows them (its environment, `env_keys.json`, a key sent with the job); the container does not. They go
-  along as an ephemeral Modal secret made at submit (`modal.Secret.from_dict`), by value, never written to the
-  volume, the job's payload or its events (those name the variables only).
-- Reach: a container on Modal cannot call a task app on this machine's loopback or private network, so an RL job
-  that would go to Modal with such a `task_url` is refused at create time rather than failing every rollout.
+- Secrets: what its kind's `remote_secrets` hook names (an RL job presents the task app's ENVIRONMENT_API_KEY,
+  and a `[judge]` job its provider's key). This backend knows them (its environment, `env_keys.json`, a key sent
+  with the job); the container does not. They go along as an ephemeral Modal secret made at submit
+  (`modal.Secret.from_dict`), by value, never written to the volume, the job's payload or its events (those name
+  the variables only).
+- Reach: a container on Modal cannot call a task app on this machine's loopback or private network, so a job
+  whose spec has such a `task_url` (RL's) and would go to Modal is refused at create time rather than failing every
+  rollout.
 
 The emulated transport (SYNTH_AI_MODAL_EMULATE) runs the container here, so loopback is reachable there; it starts
 the job with `container_environ`, this process's environment without its secrets, so that only what this module
@@ -21,32 +23,15 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from synth_ai.backend.jobs.kinds import find_kind
 from synth_ai.env.secrets import is_secret_name
 
 
 def job_secrets(kind: str, payload: dict[str, Any], data_dir: Any,
                 environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment variables (name -> value) the job needs inside its container."""
-    if kind != "rl":
-        return {}
-    from synth_ai.backend.trainers.rl.judge import resolve_judge
-    from synth_ai.backend.trainers.rl.loop import environment_key_candidates
-    from synth_ai.backend.trainers.rl.reward_report import spec_config
-    from synth_ai.backend.trainers.rl.rollouts import pick_environment_key
-
-    env = os.environ if environ is None else environ
-    out: dict[str, str] = {}
-    data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
-    task_url = str(data.get("endpoint_base_url") or "").rstrip("/")
-    if task_url:
-        # the key the task app accepts now (refusing every key raises: the job could not roll out anyway)
-        key = pick_environment_key(task_url, environment_key_candidates(payload, data_dir))
-        if key:
-            out["ENVIRONMENT_API_KEY"] = key
-    judge = resolve_judge(spec_config(payload))
-    if judge is not None and (env.get(judge.key_env) or "").strip():  # also used, when set, with an overridden URL
-        out[judge.key_env] = env[judge.key_env].strip()
-    return out
+    """Environment variables (name -> value) the job needs inside its container: its kind's `remote_secrets`."""
+    job = find_kind(kind)
+    return job.secrets_for(job.spec_of(payload), data_dir, environ) if job is not None else {}
 
 
 def container_environ(secrets: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:

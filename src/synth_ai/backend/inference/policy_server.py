@@ -1,30 +1,33 @@
-"""Rollout engines: the OpenAI-compatible endpoint a task app calls during RL, recording what was sampled.
+"""The built-in rollout engine: the OpenAI-compatible endpoint a task app calls during RL, recording what it sampled.
 
-The RL trainer talks to a `RolloutEngine` only: `start()` gives the chat-completions URL to hand to task apps,
-`take_calls(cid)` returns every LLM call made with `?cid=<cid>` on that URL (prompt ids, sampled ids, their
-log-probs) and settles the cid: calls that arrive for it later (a timed-out attempt's task app still running
-its episode) are answered but not recorded, so nothing is left behind; `sync_weights()` makes the trainer's
-latest weights the ones task apps see. A faster engine (vLLM) implements the same four methods and the trainer
-does not change. Both engines here also offer `hold()` / `release()`: calls are taken and queued but nothing is
-sampled in between (the RL loop's rollout prefetch, `trainers/rl/prefetch.py`).
+The RL loop talks to a `RolloutEngine` (`rollout_engine.py`, every member it uses) only: `start()` gives the
+chat-completions URL to hand to task apps, `take_calls(cid)` returns every LLM call made with `?cid=<cid>` on that
+URL (prompt ids, sampled ids, their log-probs) and settles the cid: calls that arrive for it later (a timed-out
+attempt's task app still running its episode) are answered but not recorded, so nothing is left behind;
+`sync_weights()` makes the trainer's latest weights the ones task apps see. A faster engine (vLLM) implements the
+same protocol and the trainer does not change. `hold()` (a context manager) / `release()`: calls are taken and
+queued but nothing is sampled in between (the RL loop's rollout prefetch, `trainers/rl/prefetch.py`).
 
-Asynchronous GSPO (`[training].max_staleness` > 0) needs a `VersionedRolloutEngine`: `publish(version)` after every
+Versions (asynchronous GSPO, `[training].max_staleness` > 0): `publish(version)` after every
 optimiser step makes the trainer's weights the served ones and tags every token sampled from then on with
-`version` (`SampledTokens.versions`, per token). `LocalPolicyServer.publish` calls `sync_weights()` and then moves
-the version, so a subclass that overrides only `sync_weights()` (the vLLM engine) is a versioned engine as it is:
+`version` (`SampledTokens.versions`, per token). `BuiltinRolloutEngine.publish` calls `sync_weights()` and then moves
+the version, so a subclass that overrides only `sync_weights()` (the vLLM engine) publishes versions as it is:
 its tokens are tagged with the version current when their call arrived (older, never newer, than the weights that
 sampled them: a staleness bound checked on them holds). The vLLM engine tags them itself, under its generate lock,
 with the version of the weights that sampled them. The built-in engine tags each token as it is drawn: a
 publish copies the weights between two decoding steps, so rows already decoding go on under the new weights (their
 KV cache from the old ones) and no row is stopped; a row's tokens may then carry two versions.
 
-`LocalPolicyServer` is the built-in engine: a small HTTP server on 127.0.0.1 (free port) in the worker process
-(stdlib threads, one per connection, with `lean_http`'s request parsing),
+`BuiltinRolloutEngine` (formerly `LocalPolicyServer`, still importable under that name) is a small HTTP server on
+127.0.0.1 (free port) in the worker process (stdlib threads, one per connection, with `lean_http`'s request parsing),
 answering `POST /v1/chat/completions` with the backend's own `InferenceEngine` (same message preparation, chat
 template, tool-call parsing, thinking budget and continuous batching as `/api/inference`: concurrent rollouts'
 calls decode in one running batch), over the trainer's in-memory policy. `sync_weights` copies weights between two
 decoding steps (under the engine's generate lock).
 With `weight_sync_interval = 1` it serves the training model itself; otherwise a copy, refreshed on `sync_weights`.
+With a `sampling_dtype` other than the trainer's (bf16 for a full fine-tune on a CUDA GPU, decided by
+`trainers/rl/engine_choice.sampling_dtype`) it always serves a copy in that dtype, refreshed (cast) on every
+`sync_weights` and so on every `publish`, whose version tags move exactly as they do for the shared model.
 
 Reproducibility: a request without `seed` gets one derived from the engine's seed, its cid (less the job's
 prefix) and its call number within that cid, so the same config samples the same tokens in every job, whatever
@@ -43,44 +46,24 @@ import socket
 import sys
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from synth_ai.backend.inference.batching import RETRY_AFTER_S
 from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel, SampledTokens
 from synth_ai.backend.inference.lean_http import LeanHandler
+from synth_ai.backend.inference.rollout_engine import (  # noqa: F401 - RolloutEngine re-exported (its old home)
+    EngineHold,
+    RecordedCall,
+    RolloutEngine,
+    VersionedRolloutEngine,
+)
+from synth_ai.backend.ml.copies import frozen_copy
 from synth_ai.errors import InvalidInputError, NotFoundError, RateLimitError
 
 log = logging.getLogger("synth_ai.backend.policy_server")
 MAX_BODY_BYTES = 64 * 1024 * 1024
-
-
-@dataclass
-class RecordedCall:
-    """One LLM call of one episode: the request as sent and, per choice, the sampled tokens."""
-
-    cid: str
-    index: int  # order within the cid (turn number)
-    request: dict[str, Any]
-    samples: list[SampledTokens]
-
-
-class RolloutEngine(Protocol):
-    def start(self) -> str: ...  # the chat-completions URL (without ?cid=)
-
-    def stop(self) -> None: ...
-
-    def sync_weights(self) -> None: ...
-
-    def take_calls(self, cid: str) -> list[RecordedCall]: ...
-
-
-class VersionedRolloutEngine(RolloutEngine, Protocol):
-    version: int  # the policy version being served (the trainer's optimiser steps)
-
-    def publish(self, version: int) -> None: ...  # sync_weights(), then tag new tokens with `version`
 
 
 class _NoStore:
@@ -93,15 +76,29 @@ class _NoStore:
         return []
 
 
-class LocalPolicyServer:
+class BuiltinRolloutEngine:
+    """The built-in `RolloutEngine` (see the module doc)."""
+
+    version: int
+    images_dropped: int
+    bind_host: str
+    path_token: str | None
+    adapter_versions: dict[int, int] | None = None  # serves the policy's weights, never a separate adapter
+
     def __init__(self, loaded: LoadedModel, *, seed: int = 0, share_weights: bool = True,
-                 max_images: int | None = None, cid_prefix: str = "") -> None:
+                 max_images: int | None = None, cid_prefix: str = "", sampling_dtype: Any = None,
+                 weight_source: Any = None) -> None:
         self.model_id = loaded.model_id
         self.seed = seed
         self.cid_prefix = cid_prefix  # left out of derived seeds: the same config samples alike in every job
         self.trainer_model = loaded.model
-        self.share_weights = share_weights
-        served = loaded if share_weights else _copy_loaded(loaded)
+        # `weight_source(model)` fills the served model (`loaded`'s, a copy the trainer made) with its weights: a
+        # sharded trainer gathers them (trainers/rl/sharded_policy.py); None: copied from `loaded`'s model
+        self.weight_source = weight_source
+        # a sampling dtype other than the trainer's needs a copy of its own, whatever share_weights says
+        self.share_weights = weight_source is None and share_weights and (
+            sampling_dtype is None or sampling_dtype == _dtype_of(loaded.model))
+        served = loaded if self.share_weights or weight_source is not None else _copy_loaded(loaded, sampling_dtype)
         self.engine = InferenceEngine(_NoStore(), max_loaded=1)
         self.engine.pin(served)
         self.served = served
@@ -116,13 +113,17 @@ class LocalPolicyServer:
         # set before start() when the server is reached through a public tunnel (trainers/rl/policy_exposure.py)
         self.bind_host = "127.0.0.1"
         self.path_token: str | None = None
-        self.version = 0  # VersionedRolloutEngine
+        self.version = 0  # the policy version being served
 
     def publish(self, version: int) -> None:
         """The trainer's weights after `version` optimiser steps become the served ones (see the module doc)."""
         self.sync_weights()  # what an engine overrides; the version moves only once its weights are in place
         self.served.policy_version = version
         self.version = version
+
+    @property
+    def failure(self) -> BaseException | None:
+        return None  # sampling here never leaves the engine unusable: a failed call fails alone
 
     # RolloutEngine ------------------------------------------------------------------------------------------
     def start(self) -> str:
@@ -134,7 +135,7 @@ class LocalPolicyServer:
             self._thread.start()
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1/chat/completions"
 
-    def stop(self) -> None:
+    def close(self) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -147,10 +148,18 @@ class LocalPolicyServer:
         import torch
 
         with self.engine._generate_lock, torch.no_grad():  # no generation sees half-copied weights
-            self.served.model.load_state_dict(self.trainer_model.state_dict())
+            if self.weight_source is not None:
+                self.weight_source(self.served.model)
+            else:
+                self.served.model.load_state_dict(self.trainer_model.state_dict())
 
-    def hold(self) -> None:
+    def stop(self) -> None:
+        """`close()`, under the name the engine had before the contract named it (callers outside the loop)."""
+        self.close()
+
+    def hold(self) -> EngineHold:
         self.engine.batcher.hold()
+        return EngineHold(self.release)
 
     def release(self) -> None:
         self.engine.batcher.release()
@@ -261,16 +270,21 @@ def _derived_seed(seed: int, cid: str, index: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def _copy_loaded(loaded: LoadedModel) -> LoadedModel:
+def _copy_loaded(loaded: LoadedModel, dtype: Any = None) -> LoadedModel:
+    """The served model as a frozen copy of the trainer's, in `dtype` (None: the trainer's own)."""
     clone = copy.copy(loaded)
-    clone.model = copy.deepcopy(loaded.model)
-    clone.model.eval()
-    for param in clone.model.parameters():
-        param.requires_grad_(False)
+    clone.model = frozen_copy(loaded.model, dtype=dtype)
     return clone
 
 
-def _handler_for(server: LocalPolicyServer) -> type[BaseHTTPRequestHandler]:
+def _dtype_of(model: Any) -> Any:
+    return next(model.parameters()).dtype
+
+
+LocalPolicyServer = BuiltinRolloutEngine  # its former name (docs and benches of earlier versions)
+
+
+def _handler_for(server: BuiltinRolloutEngine) -> type[BaseHTTPRequestHandler]:
     class Handler(LeanHandler):
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             log.debug("policy server: " + format, *args)

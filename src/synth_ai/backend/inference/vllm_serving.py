@@ -42,7 +42,7 @@ class _Route:
     adapter: Any = None
 
 
-class VllmServingEngine(InferenceEngine):
+class VllmInferenceEngine(InferenceEngine):
     def __init__(self, model_store: Any, *, cpu: bool) -> None:
         super().__init__(model_store)
         self.cpu = cpu
@@ -112,7 +112,7 @@ class VllmServingEngine(InferenceEngine):
 class _ServingRunner(_VllmRunner):
     """`vllm_engine`'s runner over the serving engine's current `vllm.LLM`, one model's jobs per generate."""
 
-    def __init__(self, engine: VllmServingEngine) -> None:
+    def __init__(self, engine: VllmInferenceEngine) -> None:
         super().__init__(None, engine._generate_lock, lambda: self.adapter)
         self.engine = engine
         self.adapter: Any = None

@@ -19,6 +19,9 @@ from synth_ai.config.rl_schema import RLConfig
 from synth_ai.config.sft_schema import STEP_KEYS, HyperparametersSection, SFTConfig
 from synth_ai.errors import SynthError
 
+RL_JOB_TYPE = "rl"  # the wire format's `job_type` of an RL create body (reference §2.2)
+RL_TRAINING_MODE = "rl"  # the model registry's training mode an RL job needs
+
 
 def _invalid(message: str, *, hint: str | None = None, field: str | None = None) -> ApiError:
     return ApiError(400, "invalid_job", message, hint=hint, details={"field": field} if field else None)
@@ -105,9 +108,9 @@ def check_rl_body(body: Any) -> dict[str, Any]:
     """Validate an RL create body (reference §2.2 payload); returns it with the model canonicalised."""
     if not isinstance(body, dict):
         raise _invalid("The request body must be a JSON object (the RL job payload).")
-    job_type = body.get("job_type", "rl")
-    if job_type != "rl":
-        raise _invalid(f"job_type must be 'rl' for POST /rl/jobs (found {job_type!r})", field="job_type")
+    job_type = body.get("job_type", RL_JOB_TYPE)
+    if job_type != RL_JOB_TYPE:
+        raise _invalid(f"job_type must be {RL_JOB_TYPE!r} for POST /rl/jobs (found {job_type!r})", field="job_type")
     data = body.get("data")
     if not isinstance(data, dict):
         raise _invalid("data is required: {endpoint_base_url, config, base_model | model}", field="data")
@@ -132,7 +135,7 @@ def check_rl_body(body: Any) -> dict[str, Any]:
         raise _invalid(f"data.config.model.source is {source.strip()!r} but {field} is {named!r}; the job would "
                        f"start from {named!r}", hint=f"Send data.model = {source.strip()!r} (as `synth-ai train "
                        "--type rl` does), or drop [model].source from the config.", field="data.config.model.source")
-    model, _base = resolve_model_id(data.get("base_model") or data.get("model"), mode="rl",
+    model, _base = resolve_model_id(data.get("base_model") or data.get("model"), mode=RL_TRAINING_MODE,
                                     allow_fine_tuned=has_source, field=field)
     algorithm = config.get("algorithm") or {}
     if isinstance(algorithm, dict) and algorithm:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +18,24 @@ EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped because the backend went away; the
 EXIT_RESUME = 70
 PARENT_ENV = "SYNTH_AI_BACKEND_PARENT_PID"
 WORKER_MODULE = "synth_ai.backend.jobs.worker"  # `python -m` this, with the job id (or --warm)
+_RESUME_LINE = re.compile(r"^worker: attempt \d+ ended: (.+)$")
+
+
+def resume_line(attempt: int, reason: str) -> str:
+    """The last line a worker exiting with EXIT_RESUME writes: why its attempt ended, on one line."""
+    return f"worker: attempt {attempt} ended: {one_line(reason)}"
+
+
+def resume_reason(log_tail: str) -> str | None:
+    """The reason in a worker's last line (`resume_line`), or None when the log does not end with one."""
+    lines = log_tail.strip().splitlines()
+    match = _RESUME_LINE.match(lines[-1]) if lines else None
+    return match.group(1) if match else None
+
+
+def one_line(text: str) -> str:
+    """A reason as one sentence fragment: whitespace collapsed, no closing full stop (reasons are joined)."""
+    return " ".join(text.split()).rstrip(". ")
 
 
 def die_with_parent() -> None:

@@ -26,8 +26,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from synth_ai.backend.jobs.kinds import find_kind
 from synth_ai.backend.jobs.launching import Executor, ExecutorChooser, NoExecutorError
-from synth_ai.backend.jobs.process_contract import EXIT_INTERRUPTED, EXIT_RESUME, PARENT_ENV
+from synth_ai.backend.jobs.process_contract import (
+    EXIT_INTERRUPTED,
+    EXIT_RESUME,
+    PARENT_ENV,
+    one_line,
+    resume_reason,
+)
 from synth_ai.backend.jobs.warm_worker import WarmPool
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store import job_records as J
@@ -36,7 +43,11 @@ from synth_ai.backend.store.db import Database, loads
 log = logging.getLogger("synth_ai.backend.scheduler")
 
 TICK_S = 0.5
-RESUMABLE_KINDS = frozenset({"sft", "rl"})
+
+
+def _resumable(kind_name: str) -> bool:
+    kind = find_kind(kind_name)
+    return kind is not None and kind.resumable
 
 
 @dataclass
@@ -64,6 +75,7 @@ class Scheduler:
         self._lock = threading.Lock()
         self.warm = WarmPool(settings, self._worker_env())
         self._cold_only: set[str] = set()  # jobs whose warm hand-off failed: their next start is cold
+        self._trains = False  # the store has had a file or a job (see _has_trained)
 
     # Lifecycle --------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,8 +128,17 @@ class Scheduler:
         self._reap()
         self._handle_cancels()
         if not self._stop.is_set():
-            self.warm.maintain()
+            self.warm.maintain(wanted=self._has_trained())
         self._spawn_queued()
+
+    def _has_trained(self) -> bool:
+        """Whether this backend trains: a file or a job in its store (then for good). Until then no warm worker is
+        kept (its 400 MB and seconds of imports are spent for nothing by a backend that only serves or reads)."""
+        if not self._trains:
+            row = self.db.conn().execute(
+                "SELECT EXISTS (SELECT 1 FROM files) OR EXISTS (SELECT 1 FROM jobs)").fetchone()
+            self._trains = bool(row[0])
+        return self._trains
 
     def _reap(self) -> None:
         with self._lock:
@@ -160,7 +181,7 @@ class Scheduler:
         reason = f"the worker process exited with code {code}" if code >= 0 else \
             f"the worker process was killed by signal {-code} ({_signame(-code)})"
         if code == EXIT_RESUME:  # the worker's last line says why its attempt ended
-            reason = (_tail(item.log_path).strip().splitlines() or [reason])[-1].removeprefix("worker: ")
+            reason = resume_reason(_tail(item.log_path)) or reason
         self._requeue_or_fail(row, reason, {"exit_code": code, "log_tail": _tail(item.log_path)})
 
     def _handle_cancels(self) -> None:
@@ -284,15 +305,12 @@ class Scheduler:
         data = {"reason": why, "attempts": attempts, "max_attempts": self.settings.max_attempts, **(extra or {})}
         if not self.settings.resume_on_restart:
             reason = f"{why}, and resuming is disabled (SYNTH_AI_BACKEND_RESUME=0)"
-        elif row["kind"] not in RESUMABLE_KINDS:
+        elif not _resumable(row["kind"]):
             reason = f"{why}; {row['kind'].upper()} jobs cannot be resumed"
         elif attempts >= self.settings.max_attempts:
             earlier = self._earlier_reasons(job_id)
-            used = self.settings.max_attempts
-            reason = f"{why}, and it has used " + (f"all {used} attempts" if used > 1 else "its only attempt")
+            reason = out_of_attempts(why, earlier, self.settings.max_attempts)
             if earlier:
-                listed = "; ".join(f"attempt {n}: {r}" for n, r in enumerate([*earlier, why], start=1))
-                reason += f" ({listed})"
                 data["attempt_reasons"] = [*earlier, why]
         else:
             self.store.transition(
@@ -323,6 +341,21 @@ def _signame(num: int) -> str:
         return signal.Signals(num).name
     except ValueError:
         return str(num)
+
+
+def out_of_attempts(why: str, earlier: list[str], used: int) -> str:
+    """Why a job that has used every attempt failed: each attempt's reason once, or one reason when all of its
+    attempts ended alike (`why` is the last attempt's, `earlier` those of the attempts before it)."""
+    reasons = [one_line(r) for r in [*earlier, why]]
+    if used <= 1:
+        return f"{reasons[-1]}, and it has used its only attempt"
+    if len(reasons) == 1:  # the earlier attempts left no reason (e.g. a backend that restarted with them used)
+        return f"{reasons[-1]}, and it has used all {used} attempts"
+    if len(set(reasons)) == 1:
+        ended = f"all {used} attempts" if len(reasons) == used else f"{len(reasons)} of its {used} attempts"
+        return f"{reasons[-1]} ({ended} ended this way)"
+    listed = "; ".join(f"attempt {n}: {r}" for n, r in enumerate(reasons, start=1))
+    return f"it has used all {used} attempts ({listed})"
 
 
 def _tail(path: Path, limit: int = 2000) -> str:

@@ -8,6 +8,10 @@ output to the job's `worker.log`, moves into the job's folder and runs the job e
 signals, PR_SET_PDEATHSIG, exit codes, one process per job, exits when the job ends). The scheduler then starts a
 replacement a moment later, so the replacement's imports do not compete with the job's first steps.
 
+The first warm process starts once the backend has a file or a job (an upload comes before a job is created):
+a backend that only serves inference, an eval or the dashboard never pays for one. A backend restarted over earlier
+jobs starts one at once.
+
 Memory: the waiting process holds the imported stack (about 400 MB RSS here). Turn it off with
 SYNTH_AI_BACKEND_WARM_WORKER=0. It is only kept when torch, transformers and peft are installed; a warm process
 that cannot import them exits with EXIT_NO_STACK and the backend stops trying. One that dies or does not become
@@ -123,8 +127,9 @@ class WarmPool:
         """A warm process is importing: a due job is better off waiting for it than starting cold."""
         return self.proc is not None and not self.ready
 
-    def maintain(self) -> None:
-        """Reap a dead warm process, notice readiness, replace what is missing. Called every scheduler tick."""
+    def maintain(self, *, wanted: bool = True) -> None:
+        """Reap a dead warm process, notice readiness, replace what is missing (only while `wanted`: the backend
+        has had a training file or job). Called every scheduler tick."""
         if self.disabled is not None:
             return
         now = time.monotonic()
@@ -140,7 +145,7 @@ class WarmPool:
                 if not self.ready and now - self.started_at > READY_TIMEOUT_S:
                     self._discard()
                     self._failed(pid, f"was not ready after {READY_TIMEOUT_S:.0f} s")
-        if self.proc is None and self.disabled is None and now >= self.next_spawn_at:
+        if self.proc is None and self.disabled is None and wanted and now >= self.next_spawn_at:
             self._spawn()
 
     def take(self, job_id: str) -> subprocess.Popen | None:

@@ -33,18 +33,19 @@ from synth_ai.backend.jobs.process_contract import (  # noqa: F401 - EXIT_* and 
     EXIT_RESUME,
     PARENT_ENV,
     die_with_parent,
+    resume_line,
 )
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store import job_records as J
 from synth_ai.backend.store.db import Database, loads, utcnow
 from synth_ai.backend.trainers.common import TrainingCancelled
 from synth_ai.backend.trainers.distributed import rank_from_env
+from synth_ai.config.job_specs import JobSpec
 from synth_ai.env.extras import install_commands
 from synth_ai.processes import pid_alive
 
 CANCEL_POLL_S = 0.5
 PARENT_EXIT_WAIT_S = 1.0  # how long a SIGTERM'd worker watches for its parent's exit before calling it a shutdown
-CLAIM_WAIT_S = 120.0  # how long a torchrun rank > 0 waits for rank 0 to claim the job
 
 log = logging.getLogger("synth_ai.backend.jobs.worker")
 
@@ -52,10 +53,11 @@ log = logging.getLogger("synth_ai.backend.jobs.worker")
 class Reporter:
     """What a trainer gets to report with: events and metrics go straight to SQLite."""
 
-    def __init__(self, store: J.JobStore, job_id: str, kind: str) -> None:
+    def __init__(self, store: J.JobStore, job_id: str, kind: str, attempt: int = 1) -> None:
         self.store = store
         self.job_id = job_id
         self.kind = kind
+        self.attempt = attempt  # which run of the job this worker is: steps re-run after a restart carry it
         self.last_step = -1
         self.tracker: Any = None  # the job's experiment trackers (backend.jobs.job_tracking), when it has any
         self.sample_rows = 0  # rows of the sample tables trainers write for the trackers (none without trackers)
@@ -148,16 +150,11 @@ class StopSignal:
         return stop
 
 
-def job_spec(job: Any, files: dict[str, Path], job_id: str) -> dict[str, Any]:
-    """The trainer's view of the job: the stored payload plus local paths of its files."""
-    spec = dict(loads(job["payload"]) or {})
-    spec["job_id"] = job_id
-    spec["model"] = job["model"]
-    if "training" in files:
-        spec["training_file_path"] = str(files["training"])
-    if "validation" in files:
-        spec["validation_file_path"] = str(files["validation"])
-    return spec
+def job_spec(job: Any, files: dict[str, Path]) -> JobSpec:
+    """The run's typed view of the job (its kind's spec type): the stored payload, the job's id and model, and the
+    local paths of its files."""
+    return job_kind(job["kind"]).spec_of(loads(job["payload"]) or {}, job_id=job["id"], model=job["model"],
+                                         files={role: str(path) for role, path in files.items()})
 
 
 def _file_paths(db: Database, settings: BackendSettings, job_id: str) -> dict[str, Path]:
@@ -192,19 +189,35 @@ def run(job_id: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent is not None:  # started by a backend (not in a Modal container): die with it
         die_with_parent()
+    if rank != 0:
+        return _follow(settings, db, job, stop)
+    workdir = settings.job_dir(job_id) / "work"
+    code = _claim(store, job, stop, workdir, world)
+    if world > 1:  # the other ranks, on any node, learn only from rank 0 whether the job is theirs to train
+        _tell_followers(claimed=code is None)
+    if code is not None:
+        return code
+    reporter = Reporter(store, job_id, kind, attempt=job["attempts"])
+    reporter.tracker = start_tracking(settings, store, job)
+    if reporter.tracker is not None:
+        reporter.sample_rows = reporter.tracker.settings.sample_rows
+    try:
+        return _run_claimed(settings, db, store, job, workdir, reporter, stop)
+    finally:
+        close_tracking(reporter.tracker, store, job_id)
+
+
+def _claim(store: J.JobStore, job: Any, stop: StopSignal, workdir: Path, world: int) -> int | None:
+    """Rank 0 takes the job (`running`): None when it did, else the exit code of a worker with nothing to train."""
+    job_id = job["id"]
     if stop.parent_gone():
         return EXIT_INTERRUPTED
     if job["status"] in J.TERMINAL:
         return EXIT_OK
-    if rank != 0:
-        return _follow(settings, db, store, job, stop)
     if stop.cancelled(fresh=True):
         store.transition(job_id, "cancelled", only_from={"queued", "running"},
                          event=(J.EV_CANCELLED, "Job cancelled before training started.", None, "warning"))
         return EXIT_OK
-
-    reporter = Reporter(store, job_id, kind)
-    workdir = settings.job_dir(job_id) / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     resumed = job["attempts"] > 1
     # Under torchrun the scheduler's pid is the launcher's, which stays the job's worker_pid (what a restart stops).
@@ -216,15 +229,16 @@ def run(job_id: str) -> int:
                             {"attempt": job["attempts"], "resumed": resumed, "pid": os.getpid(),
                              "workdir": str(workdir)}, "info"),
                      message=f"worker {os.getpid()} started")
-    if not claimed:  # cancelled (or settled) between the scheduler starting us and now
-        return EXIT_OK
-    reporter.tracker = start_tracking(settings, store, job)
-    if reporter.tracker is not None:
-        reporter.sample_rows = reporter.tracker.settings.sample_rows
-    try:
-        return _run_claimed(settings, db, store, job, workdir, reporter, stop)
-    finally:
-        close_tracking(reporter.tracker, store, job_id)
+    return None if claimed else EXIT_OK  # not claimed: cancelled (or settled) since the scheduler started us
+
+
+def _tell_followers(*, claimed: bool) -> bool:
+    """Rank 0's word to every other rank, through the job's process group (which every rank joins here): 1 to
+    train, 0 to end. The group reaches ranks on other nodes, whose copy of the database may not show rank 0's
+    claim (a Modal container of another node reads a snapshot of the volume)."""
+    from synth_ai.backend.trainers.distributed import current
+
+    return current().any(claimed)
 
 
 def _run_claimed(settings: BackendSettings, db: Database, store: J.JobStore, job: Any, workdir: Path,
@@ -242,7 +256,7 @@ def _run_claimed(settings: BackendSettings, db: Database, store: J.JobStore, job
         reason = _reason(exc)
         if getattr(exc, "resume_in_new_worker", False):  # the scheduler requeues it (process_contract.EXIT_RESUME)
             traceback.print_exc()
-            print(f"worker: attempt {job['attempts']} ended: {reason}", file=sys.stderr, flush=True)
+            print(resume_line(job["attempts"], reason), file=sys.stderr, flush=True)
             return EXIT_RESUME
         store.transition(job_id, "failed", only_from={"running"}, error=reason,
                          event=(J.EV_FAILED, f"Job failed: {reason}",
@@ -279,26 +293,18 @@ def _train(settings: BackendSettings, db: Database, job: Any, workdir: Path, rep
     """The job function: the same for every executor (each torchrun rank, a Modal container, the local worker)."""
     from synth_ai.backend.store.model_store import ModelStore
 
-    spec = job_spec(job, _file_paths(db, settings, job["id"]), job["id"])
+    spec = job_spec(job, _file_paths(db, settings, job["id"]))
     model_store = ModelStore(settings.data_dir)
     return job_kind(job["kind"]).run(spec, workdir=workdir, model_store=model_store, reporter=reporter,
                                      should_stop=stop)
 
 
-def _follow(settings: BackendSettings, db: Database, store: J.JobStore, job: Any, stop: StopSignal) -> int:
+def _follow(settings: BackendSettings, db: Database, job: Any, stop: StopSignal) -> int:
     """A torchrun rank other than 0: trains its share and writes nothing (rank 0 reports and settles the job).
-    It joins the ranks only once rank 0 has claimed the job: a rank 0 that ends the job without training (cancelled
-    before it started) would otherwise leave this one waiting for it in the process group."""
-    deadline = time.monotonic() + CLAIM_WAIT_S
-    while True:
-        row = store.get(job["id"])
-        if row is None or row["status"] in J.TERMINAL or row["cancel_requested"]:
-            return EXIT_OK
-        if row["status"] == "running":
-            break
-        if stop.terminated.is_set() or stop.parent_gone() or time.monotonic() > deadline:
-            return EXIT_INTERRUPTED
-        time.sleep(0.2)
+    It trains only when rank 0 says it claimed the job (`_tell_followers`): a rank 0 that ends the job without
+    training (cancelled before it started) tells it so instead of leaving it waiting in the process group."""
+    if not _tell_followers(claimed=False):
+        return EXIT_OK
     try:
         _train(settings, db, job, settings.job_dir(job["id"]) / "work", None, stop)
     except BaseException as exc:  # noqa: BLE001 - rank 0 records why; this rank's traceback goes to worker.log

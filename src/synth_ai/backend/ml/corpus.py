@@ -133,28 +133,6 @@ def vision_conversation(rng: random.Random, image_part: dict[str, Any], caption:
     ]}
 
 
-def tokenizer_lines(seed: int, count: int) -> list[str]:
-    """Plain text lines for BPE training: every message text, tool JSON and tool-call JSON the corpus produces."""
-    rng = random.Random(seed)
-    lines: list[str] = []
-    for _ in range(count):
-        conv = conversation(rng)
-        for message in conv["messages"]:
-            if message.get("content"):
-                lines.append(str(message["content"]))
-            if message.get("reasoning_content"):
-                lines.append(message["reasoning_content"])
-            for call in message.get("tool_calls", []):
-                lines.append(json.dumps({"name": call["function"]["name"],
-                                         "arguments": json.loads(call["function"]["arguments"])}))
-        for tool in conv.get("tools", []):
-            lines.append(json.dumps(tool))
-    for _ in range(count // 10):
-        color, shape, background = rng.choice(COLORS), rng.choice(SHAPES), rng.choice(COLORS)
-        lines.append(f"A {color} {shape} on a {background} background.")
-    return lines
-
-
 # Prose over a made-up lexicon: enough distinct words (Zipf-distributed, like natural text) for a BPE vocabulary
 # of tens of thousands of tokens, which the small English word lists above cannot fill.
 _ONSETS = ["", "b", "br", "c", "ch", "d", "dr", "f", "fl", "g", "gr", "h", "j", "k", "l", "m", "n", "p", "pl", "qu",

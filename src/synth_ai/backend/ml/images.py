@@ -45,10 +45,6 @@ def image_url_of(part: Any) -> str | None:
     return None
 
 
-def is_image_part(part: Any) -> bool:
-    return image_url_of(part) is not None
-
-
 def load_image(url: str, *, allow_remote: bool, where: str = "image", max_pixels: int | None = None) -> Any:
     """Decode or fetch one image; returns a `PIL.Image.Image` in RGB mode. With `max_pixels`, an image declaring
     more pixels is refused before it is decoded (a small, well-compressed file can decode to gigabytes)."""

@@ -17,6 +17,9 @@ from synth_ai.backend.store.db import Database, dumps, loads, utcnow
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ACTIVE = frozenset({"queued", "running"})
 STATUSES = ("created", "queued", "running", "succeeded", "failed", "cancelled")
+# The wire format of a job document (reference §2.3): jobs of this kind carry the SFT fields (files,
+# hyperparameters); every other kind carries its `data` table, as RL jobs do.
+SFT_DOC_KIND = "sft"
 
 # Event types per job kind (`<kind>.<what>`), written by the API, the scheduler and the workers.
 EV_CREATED = "job.created"
@@ -241,7 +244,7 @@ def job_json(row: sqlite3.Row, files: list[sqlite3.Row] | None = None) -> dict[s
         "started_at": row["started_at"],
         "finished_at": row["finished_at"],
     }
-    if row["kind"] == "sft":
+    if row["kind"] == SFT_DOC_KIND:
         doc["training_file_id"] = payload.get("training_file_id")
         doc["validation_file_id"] = payload.get("validation_file_id") or _validation_file(payload)
         doc["hyperparameters"] = payload.get("hyperparameters", {})

@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.store.model_import_checks import checked_adapter_config, check_full_model
 from synth_ai.backend.store.model_store import ModelStore
 from synth_ai.errors import InvalidInputError, NotFoundError
 from synth_ai.fsutil import publish_folder
@@ -55,7 +56,11 @@ def import_model(store: ModelStore, folder: Path, *, name: str | None = None, ba
     if base is not None and find_model(base) is None:
         raise InvalidInputError(f"--base {base!r} is not a model of the registry.",
                                 hint="Run `synth-ai models list` for the ids.")
-    base_id = _adapter_base(store, source, base) if adapter else _full_base(base)
+    if adapter:  # parsed and checked now: a folder that would fail every job or chat is refused here
+        base_id = _adapter_base(store, checked_adapter_config(source), base)
+    else:
+        check_full_model(source)
+        base_id = _full_base(base)
     model_id = imported_id(base_id, name)
     if store.fine_tuned_entry(model_id) is not None:
         raise InvalidInputError(f"A model named {model_id!r} is imported already.",
@@ -95,11 +100,11 @@ def _full_base(base: str | None) -> str:
     return find_model(base).id  # checked by the caller
 
 
-def _adapter_base(store: ModelStore, source: Path, base: str | None) -> str:
+def _adapter_base(store: ModelStore, adapter_config: dict[str, Any], base: str | None) -> str:
     """The registry id of the adapter's base; an explicit `base` that disagrees with the adapter is refused."""
     from synth_ai.models.registry import find_model
 
-    declared = str(json.loads((source / "adapter_config.json").read_text()).get("base_model_name_or_path") or "")
+    declared = str(adapter_config.get("base_model_name_or_path") or "")
     found = find_model(declared).id if declared and find_model(declared) else _local_base_id(store, declared)
     if base is not None:
         chosen = find_model(base).id

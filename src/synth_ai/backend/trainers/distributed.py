@@ -2,9 +2,9 @@
 
 torchrun starts N copies of the job worker with RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR set. Each rank runs
 the same trainer loop on its share of every optimizer step's micro-batches (`shard`); after the backward pass the
-gradients are summed across ranks in one flat all-reduce (`sum_grads`), and because each rank divides its loss by
-the step's *global* labelled-token count, the summed gradient is exactly the one a single process computes over
-all the micro-batches. Only rank 0 reports, checkpoints and saves the final model.
+gradients are summed across ranks by bucketed all-reduces (`sum_grads`, `grad_buckets`), and because each rank
+divides its loss by the step's *global* labelled-token count, the summed gradient is exactly the one a single
+process computes over all the micro-batches. Only rank 0 reports, checkpoints and saves the final model.
 
 Why not wrap the model in `DistributedDataParallel`: the SFT loop runs the decoder and the LM head separately (to
 skip a full-vocabulary logits tensor), and DDP only synchronises gradients for a forward through its wrapper.
@@ -52,25 +52,19 @@ class DataParallel:
         """True on every rank when one rank says True (a stop must happen at the same step everywhere)."""
         return self.sum(1.0 if flag else 0.0) > 0 if self.enabled else flag
 
-    def sum_grads(self, params: list[Any]) -> None:
-        """Sum the gradients of `params` across ranks, in place (a rank with no micro-batch this step adds 0)."""
+    def sum_grads(self, params: list[Any], bucket_bytes: int | None = None) -> None:
+        """Sum the gradients of `params` across ranks, in place, bucket by bucket (`grad_buckets`); a rank with no
+        micro-batch this step adds 0."""
         if not self.enabled:
             return
         import torch
-        import torch.distributed as dist
 
-        grads = []
+        from synth_ai.backend.trainers.grad_buckets import BUCKET_BYTES, all_reduce_sum
+
         for param in params:
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
-            grads.append(param.grad)
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        offset = 0
-        for grad in grads:
-            n = grad.numel()
-            grad.copy_(flat[offset:offset + n].view_as(grad))
-            offset += n
+        all_reduce_sum([p.grad for p in params], BUCKET_BYTES if bucket_bytes is None else bucket_bytes)
 
     def barrier(self) -> None:
         if self.enabled:

@@ -24,6 +24,7 @@ from synth_ai.backend.api.dashboard_auth import COOKIE, DEFAULT_TTL_S, MAX_TTL_S
 from synth_ai.backend.api.routes.jobs_common import job_doc, load_job
 from synth_ai.backend.api.state import get_backend
 from synth_ai.backend.http_errors import ApiError
+from synth_ai.backend.jobs.kinds import find_kind
 from synth_ai.backend.store.db import loads
 from synth_ai.errors import NotFoundError
 from synth_ai.urls import join_url
@@ -135,8 +136,13 @@ def checkpoints(request: Request, job_id: str) -> dict[str, Any]:
         path = str(data.get("path") or "")
         found.append({"step": data.get("step", data.get("iteration")), "saved_at": event["created_at"],
                       "on_disk": bool(path) and Path(path).is_dir()})
-    return {"job_id": job_id, "checkpoints": found, "unit": "iteration" if row["kind"] == "rl" else "step",
+    return {"job_id": job_id, "checkpoints": found, "unit": _checkpoint_unit(row["kind"]),
             "fine_tuned_model": row["fine_tuned_model"]}
+
+
+def _checkpoint_unit(kind_name: str) -> str:
+    kind = find_kind(kind_name)
+    return kind.checkpoint_unit if kind is not None else "step"
 
 
 @router.get("/dashboard/evals")

@@ -18,6 +18,7 @@ from fastapi.responses import StreamingResponse
 
 from synth_ai.backend.api.state import get_backend
 from synth_ai.backend.http_errors import ApiError
+from synth_ai.env.extras import pip_install
 from synth_ai.errors import InvalidInputError, NotFoundError, RateLimitError, SynthError, UnavailableError
 
 router = APIRouter(tags=["inference"])
@@ -40,7 +41,7 @@ def _api_error(exc: Exception) -> ApiError:
         return ApiError(400, "invalid_request", f"{type(exc).__name__}: {exc}")
     if isinstance(exc, ModuleNotFoundError):
         return ApiError(503, "unavailable", f"Inference needs the training extra ({exc.name} is not installed).",
-                        hint="pip install 'synth-ai[train]'")
+                        hint=pip_install("train"))
     return ApiError(500, "inference_error", f"{type(exc).__name__}: {exc}")
 
 

@@ -13,9 +13,11 @@ from fastapi.responses import JSONResponse
 from synth_ai.backend.api.routes.job_stream import add_stream_route
 from synth_ai.backend.api.state import Backend, get_backend
 from synth_ai.backend.http_errors import ApiError, conflict, not_found
+from synth_ai.backend.jobs.kinds import JobKind, find_kind
 from synth_ai.backend.store import idempotency as idem
 from synth_ai.backend.store import job_records as J
 from synth_ai.backend.store.db import MAX_INTEGER, loads
+from synth_ai.config.job_specs import JobSpec
 
 CANCEL_WAIT_EXTRA_S = 5.0
 
@@ -23,7 +25,8 @@ CANCEL_WAIT_EXTRA_S = 5.0
 def load_job(backend: Backend, job_id: str, kind: str | None) -> Any:
     row = backend.jobs.get(job_id)
     if row is None or (kind is not None and row["kind"] != kind):
-        where = {"sft": "GET /api/learning/jobs", "rl": "GET /api/rl/jobs"}.get(kind or "", "GET /api/learning/jobs")
+        known = find_kind(kind) if kind is not None else None
+        where = known.list_route if known is not None else "GET /api/learning/jobs"
         raise not_found("Job", job_id, hint=f"List jobs with {where}.")
     return row
 
@@ -104,57 +107,58 @@ def _ended_unsuccessfully(backend: Backend, stored: idem.Stored, conn=None):
     return row if row is not None and row["status"] in {"failed", "cancelled"} else None
 
 
-def require_executor(backend: Backend, kind: str, model: str, payload: dict[str, Any]) -> None:
-    """Refuse now a job that nothing here can run (a 32B model on a CPU-only backend without Modal)."""
+def require_executor(backend: Backend, kind: JobKind, spec: JobSpec) -> None:
+    """Refuse now a job that nothing here can run (a 32B model on a CPU-only backend without Modal), or that its
+    kind says this machine cannot run (`JobKind.local_check`: RL's vLLM engine)."""
     from synth_ai.backend.executors.modal_plan import plan_for
-    from synth_ai.backend.executors.placement import NoExecutorError, choose, job_needs
+    from synth_ai.backend.executors.placement import NoExecutorError, choose, job_needs, local_gpu_count
     from synth_ai.errors import InvalidInputError
 
-    needs = job_needs(kind, model, payload)
+    needs = job_needs(kind.name, spec.model_id or "", dict(spec.payload))
     try:
         if choose(backend.settings.executor, needs) == "modal":
             plan_for("check", needs)  # a [compute] Modal cannot give (an unknown GPU, 16 per container) is a 400 now
-            _require_reachable_task_app(kind, payload)
-        elif kind == "rl":
-            _require_runnable_vllm(backend, model, payload)
+            _require_reachable_task_app(kind, spec)
+        else:
+            _require_runnable_here(backend, kind, spec, local_gpu_count(), needs.gpu_count)
     except NoExecutorError as exc:
         raise ApiError(400, exc.code, exc.message, hint=exc.hint, details=exc.details) from None
     except InvalidInputError as exc:
         raise ApiError(400, "invalid_compute", exc.message, hint=exc.hint) from None
 
 
-def _require_runnable_vllm(backend: Backend, model: str, payload: dict[str, Any]) -> None:
-    """An RL job sampling through vLLM on this machine: vLLM installed, and able to run this model here."""
-    from synth_ai.backend.executors.placement import local_gpu_count
-    from synth_ai.backend.trainers.rl.engine_choice import (
-        model_config_here,
-        refuse_unrunnable_vllm,
-    )
+def _require_runnable_here(backend: Backend, kind: JobKind, spec: JobSpec, gpus: int, gpu_count: int) -> None:
+    """The kind's own check of a job that runs on this machine over the ranks the backend's executor would start
+    (RL: vLLM installed and able to run the model, FSDP over 2 or more ranks)."""
+    from synth_ai.backend.executors.torchrun import torchrun_nproc
     from synth_ai.errors import SynthError
 
+    ranks = torchrun_nproc(kind.gpus_that_train(spec, gpus, gpu_count)) if backend.settings.executor == "torchrun" \
+        else 1
     try:
-        refuse_unrunnable_vllm(payload, model_config_here(model, backend.model_store), gpus=local_gpu_count())
+        kind.check_runnable_here(spec, backend.model_store, gpus=gpus, ranks=ranks)
     except SynthError as exc:
-        code = "vllm_not_installed" if "not installed" in exc.message else "vllm_cannot_run"
-        raise ApiError(400, code, exc.message, hint=exc.hint, details=exc.details) from None
+        details = dict(exc.details) if isinstance(exc.details, dict) else {}
+        code = str(details.pop("code", "cannot_run_here"))
+        raise ApiError(400, code, exc.message, hint=exc.hint, details=details or None) from None
 
 
-def _require_reachable_task_app(kind: str, payload: dict[str, Any]) -> None:
-    """An RL job going to Modal calls its task app from there: one on this machine's loopback or private network
-    would fail every rollout."""
+def _require_reachable_task_app(kind: JobKind, spec: JobSpec) -> None:
+    """A job going to Modal calls its task app (an RL job's) from there: one on this machine's loopback or private
+    network would fail every rollout."""
     import os
 
     from synth_ai.backend.executors.modal_transport import EMULATE_ENV
     from synth_ai.backend.executors.remote_needs import unreachable_reason
 
-    data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
-    url = str(data.get("endpoint_base_url") or "")
-    if kind != "rl" or not url or os.environ.get(EMULATE_ENV, "").strip():  # an emulated container runs here
+    url = spec.task_url
+    if not url or os.environ.get(EMULATE_ENV, "").strip():  # an emulated container runs here
         return
     why = unreachable_reason(url)
     if why is not None:
         raise ApiError(400, "task_app_unreachable",
-                       f"This RL job runs on Modal, and its task app at {url} cannot be reached from there: {why}.",
+                       f"This {kind.name.upper()} job runs on Modal, and its task app at {url} cannot be reached "
+                       f"from there: {why}.",
                        hint="Deploy the task app (`synth-ai deploy <app-id> --name <name>`) and pass its URL with "
                             "--task-url (or [services].task_url), or serve it on a public address.",
                        details={"field": "data.endpoint_base_url", "executor": "modal"})

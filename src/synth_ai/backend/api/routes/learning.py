@@ -21,15 +21,15 @@ from synth_ai.backend.api.routes.jobs_common import (
 )
 from synth_ai.backend.api.state import Backend, get_backend
 from synth_ai.backend.http_errors import ApiError, not_found
-from synth_ai.backend.jobs.job_bodies import sft_file_ids
-from synth_ai.backend.jobs.kinds import job_kind
+from synth_ai.backend.jobs.job_bodies import RL_TRAINING_MODE, sft_file_ids
+from synth_ai.backend.jobs.kinds import SFT_KIND, job_kind
 from synth_ai.backend.store import job_records as J
 from synth_ai.backend.store.db import MAX_INTEGER
 from synth_ai.backend.store.files import DATASET_PURPOSES
 from synth_ai.errors import SynthError
 
 router = APIRouter(tags=["learning"])
-SFT = job_kind("sft")
+SFT = job_kind(SFT_KIND)
 
 FILE_READY_WAIT_S = 120.0
 
@@ -78,8 +78,9 @@ def create_sft_job(request: Request, body: Any = Body(...)) -> JSONResponse:
         return replayed
     refuse_mismatched_import(backend, body.get("model") if isinstance(body, dict) else None, "model")
     clean = SFT.check_body(body, known_fine_tuned=lambda m: backend.model_store.fine_tuned_entry(m) is not None)
-    SFT.check_settings({**clean, "job_id": "validation"})
-    require_executor(backend, SFT.name, clean["model"], clean)
+    spec = SFT.spec_of(clean, job_id="validation", model=clean["model"])
+    SFT.check_settings(spec)
+    require_executor(backend, SFT, spec)
     training, validation = sft_file_ids(clean)
     _check_file(backend, training, "training")
     for file_id in validation:
@@ -160,7 +161,7 @@ def list_models(request: Request, kind: str | None = None) -> dict[str, Any]:
 
 @router.get("/learning/models/rl")
 def list_rl_models(request: Request) -> dict[str, Any]:
-    docs = [d for d in model_docs(get_backend(request)) if "rl" in d.get("training_modes", [])]
+    docs = [d for d in model_docs(get_backend(request)) if RL_TRAINING_MODE in d.get("training_modes", [])]
     return {"object": "list", "data": docs}
 
 

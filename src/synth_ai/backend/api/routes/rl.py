@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
@@ -24,13 +23,22 @@ from synth_ai.backend.api.routes.jobs_common import (
     require_executor,
 )
 from synth_ai.backend.api.state import get_backend
-from synth_ai.backend.api.taskapp_probe import HEADER_STYLES, auth_headers, health_ok, require_usable_task_app, snippet
+from synth_ai.backend.api.taskapp_probe import (
+    HEADER_STYLES,
+    auth_headers,
+    get_answer,
+    health_ok,
+    require_usable_task_app,
+    snippet,
+)
 from synth_ai.backend.http_errors import ApiError
-from synth_ai.backend.jobs.kinds import job_kind
+from synth_ai.backend.jobs.kinds import RL_KIND, job_kind
 from synth_ai.backend.store import job_records as J
 from synth_ai.backend.store.db import MAX_INTEGER
 from synth_ai.env.backend_keys import WITH_JOB, environment_keys, known_environment_keys, register_environment_key
-from synth_ai.env.secrets import mask_secret
+from synth_ai.env.secrets import mask_secret, redact
+from synth_ai.taskapp.client import TaskAppClient
+from synth_ai.taskapp.failures import TaskAppFailure, TaskAppUnreachable
 from synth_ai.urls import join_url
 
 router = APIRouter(tags=["rl"])
@@ -39,7 +47,7 @@ MAX_CANDIDATES = 15
 VERIFY_TIMEOUT_S = 10.0
 
 
-RL = job_kind("rl")
+RL = job_kind(RL_KIND)
 
 
 @router.post("/rl/jobs", status_code=201)
@@ -52,20 +60,20 @@ def create_rl_job(request: Request, body: Any = Body(...)) -> JSONResponse:
     if isinstance(data, dict):
         refuse_mismatched_import(backend, data.get("model") or data.get("base_model"), "data.model")
     clean = RL.check_body(body)
+    spec = RL.spec_of(clean, job_id="validation")  # the checked body names exactly one of model, base_model
+    model = spec.model_id
     if not RL.available():
         raise ApiError(501, "rl_not_available",
                        "RL training is not available on this backend yet: the config is valid, but this embedded "
                        "backend cannot run GSPO jobs.",
                        hint="Run RL on the hosted Synth backend (--backend https://agent-learning.onrender.com), or "
                             "use SFT here (synth-ai train --type sft).",
-                       details={"model": clean["data"].get("base_model") or clean["data"].get("model")})
+                       details={"model": model})
     _keep_key_out_of_payload(clean, backend.settings.data_dir)
-    RL.check_settings({**clean, "job_id": "validation"})  # step rewards, the judge and its key, trainer_mode ...
-    data = clean["data"]
-    model = data.get("base_model") or data.get("model")
-    require_executor(backend, RL.name, str(model or ""), clean)
+    RL.check_settings(spec)  # step rewards, the judge and its key, trainer_mode ...
+    require_executor(backend, RL, spec)
     # Refuse now what the worker would fail on minutes later: no key, every key refused, nothing listening.
-    require_usable_task_app(str(data["endpoint_base_url"]), known_environment_keys(backend.settings.data_dir))
+    require_usable_task_app(str(spec.task_url), known_environment_keys(backend.settings.data_dir))
 
     def create(conn) -> tuple[int, dict[str, Any]]:
         job_id = backend.jobs.insert(conn, kind=RL.name, training_type=RL.training_type, model=model,
@@ -91,7 +99,7 @@ def _keep_key_out_of_payload(clean: dict[str, Any], data_dir) -> None:
 @router.get("/rl/jobs")
 def list_rl_jobs(request: Request, status: str | None = None, limit: int = Query(50, ge=1, le=500),
                  offset: int = Query(0, ge=0, le=MAX_INTEGER)) -> dict[str, Any]:
-    return list_jobs_doc(get_backend(request), kind="rl", status=status, type_=None, limit=limit, offset=offset)
+    return list_jobs_doc(get_backend(request), kind=RL.name, status=status, type_=None, limit=limit, offset=offset)
 
 
 add_job_routes(router, "/rl/jobs", RL.name)
@@ -109,8 +117,8 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
     keys = environment_keys(backend.settings.data_dir)[:MAX_CANDIDATES]
     attempts: list[dict[str, Any]] = []
     any_ok = False
-    # No redirects: they would carry the keys in X-API-Key to whatever host the task app names.
-    async with httpx.AsyncClient(timeout=VERIFY_TIMEOUT_S, follow_redirects=False) as client:
+    # The client follows no redirects: they would carry the keys in X-API-Key to whatever host the task app names.
+    async with TaskAppClient(base) as app:
         plans: list[tuple[str, str | None]] = [(style, key) for key in keys for style in HEADER_STYLES] or [
             ("none", None)]
         for style, key in plans:
@@ -119,17 +127,17 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
             for path in ("/health", "/task_info"):
                 attempt: dict[str, Any] = {"path": path, "url": join_url(base, path), "header": style,
                                            "key": mask_secret(key) if key else None}
-                try:
-                    response = await client.get(join_url(base, path), headers=headers)
-                except httpx.HTTPError as exc:
-                    attempt.update({"status": None, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+                answer = await get_answer(app, path, headers, VERIFY_TIMEOUT_S)
+                if isinstance(answer, TaskAppFailure):
+                    attempt.update({"status": None, "ok": False, "error": redact(answer.reason, keys)})
                     attempts.append(attempt)
                     results.append(False)
                     break
-                ok = health_ok(response) if path == "/health" else response.status_code == 200
-                attempt.update({"status": response.status_code, "ok": ok})
+                status, text = answer
+                ok = health_ok(status, text) if path == "/health" else status == 200
+                attempt.update({"status": status, "ok": ok})
                 if not ok:
-                    attempt["body"] = snippet(response, keys)
+                    attempt["body"] = snippet(text, keys)
                 attempts.append(attempt)
                 results.append(ok)
                 if not ok:
@@ -137,7 +145,7 @@ async def verify_task_app(request: Request, body: Any = Body(...)) -> dict[str, 
             if len(results) == 2 and all(results):
                 any_ok = True
                 break
-            if attempts and attempts[-1].get("error") and "Connect" in attempts[-1]["error"]:
+            if isinstance(answer, TaskAppUnreachable):
                 break  # unreachable: other keys will not help
     doc: dict[str, Any] = {
         "any_ok": any_ok,

@@ -5,7 +5,8 @@ the completion tokens the policy sampled (thinking tokens and the end-of-turn to
 forced (a `</think>` the thinking budget imposed) stay in the sequence as context but carry no loss.
 The decoder runs once per micro-batch (when samples share a prompt, each distinct prompt runs once and the
 completions run on its cache: `shared_prompts`); the LM head and log-softmax run only on the positions that predict
-a completion token, at the sampling temperature, so the on-policy ratio is exactly the ratio of what was sampled.
+a completion token, at the sampling temperature, so the on-policy ratio is exactly the ratio of what was sampled,
+and in vocabulary blocks (`ml.token_logprobs`) unless `[training].chunked_logprobs` is false.
 Rows with images (Qwen3-VL) go one per micro-batch with their `pixel_values` / `image_grid_thw`.
 """
 
@@ -18,8 +19,11 @@ from synth_ai.backend.trainers.rl.shared_prompts import predicting_hidden, share
 from synth_ai.backend.trainers.rl.types import Sample
 
 
-def micro_batches(samples: list[Sample], size: int) -> list[list[Sample]]:
-    """Groups of at most `size` samples (rows with images alone), similar lengths together, in a fixed order."""
+def micro_batches(samples: list[Sample], max_samples: int, max_tokens: int | None = None) -> list[list[Sample]]:
+    """Groups of similar lengths in a fixed order, each within both limits: at most `max_samples` samples and, laid
+    out as padded rows of prompt + completion, at most `max_tokens` tokens (rows x the longest row; the shared
+    layout runs fewer). A sample longer than `max_tokens` runs alone (a sequence is never split), as does a row
+    with images."""
     order = sorted(range(len(samples)), key=lambda i: (bool(samples[i].vision_inputs), samples[i].length, i))
     out: list[list[Sample]] = []
     current: list[Sample] = []
@@ -28,8 +32,12 @@ def micro_batches(samples: list[Sample], size: int) -> list[list[Sample]]:
         if sample.vision_inputs:
             out.append([sample])
             continue
+        # sorted by length: the new sample is the group's longest row, so the group's padded size is count x its own
+        if current and max_tokens is not None and (len(current) + 1) * sample.length > max_tokens:
+            out.append(current)
+            current = []
         current.append(sample)
-        if len(current) >= size:
+        if len(current) >= max_samples:
             out.append(current)
             current = []
     if current:
@@ -80,12 +88,19 @@ def collate(samples: list[Sample], pad_id: int, device: str, *, share_prompts: b
 
 
 def completion_logprobs(decoder: Any, lm_head: Any, batch: dict[str, Any], *, image_pad: int | None = None,
-                        vision_dtype: Any = None, autocast: Any = None) -> Any:
-    """[rows, completion] log-probs of the target tokens under the model (0 where the mask is 0)."""
+                        vision_dtype: Any = None, autocast: Any = None, chunked: bool = True) -> Any:
+    """[rows, completion] log-probs of the target tokens under the model (0 where the mask is 0). `chunked`: through
+    `ml.token_logprobs` in vocabulary blocks (no [tokens, vocabulary] logits); False: the materialised logits
+    (`[training].chunked_logprobs = false`)."""
     import torch
+
+    from synth_ai.backend.ml.token_logprobs import lm_head_scores
 
     context = autocast if autocast is not None else torch.autocast("cpu", enabled=False)
     selected = batch["mask"] > 0
+    # dividing by 1 changes nothing: skip it (and its backward)
+    temperature = (batch["temperature"].unsqueeze(1).expand_as(batch["mask"])[selected]
+                   if bool((batch["temperature"] != 1.0).any()) else None)
     with context:
         if "prefix_ids" in batch:
             picked = predicting_hidden(decoder, batch)[selected]
@@ -93,14 +108,7 @@ def completion_logprobs(decoder: Any, lm_head: Any, batch: dict[str, Any], *, im
             hidden = decoder(**decoder_inputs(batch, image_pad=image_pad, vision_dtype=vision_dtype)).last_hidden_state
             rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1).expand_as(batch["positions"])
             picked = hidden[rows[selected], batch["positions"][selected]]
-        logits = lm_head(picked).float()
-    if not bool((batch["temperature"] != 1.0).any()):  # dividing by 1 changes nothing: skip it (and its backward)
-        logp = torch.log_softmax(logits, dim=-1)
-    else:
-        temperature = batch["temperature"].unsqueeze(1).expand_as(batch["mask"])[selected]
-        logp = torch.log_softmax(logits / temperature.unsqueeze(1), dim=-1)
-    values = logp.gather(-1, batch["targets"][selected].unsqueeze(1)).squeeze(1)
+        values = lm_head_scores(lm_head, picked, batch["targets"][selected], temperature, chunked=chunked).logprobs
     out = torch.zeros_like(batch["old_logprobs"])
     out[selected] = values
     return out
-

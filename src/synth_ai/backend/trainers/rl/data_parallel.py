@@ -10,7 +10,7 @@ Every rank runs the same loop with its own policy (identical weights) and its ow
 - rewards, advantages, the judge (rank 0 judges, then shares the judged rollouts) and the iteration's metrics are
   then computed from the same list on every rank, so every decision (skip, fail, stop) is the same everywhere;
 - the GSPO update: each optimiser step's samples are dealt to the ranks, each rank divides its loss by the step's
-  *global* sample count and the gradients are summed in one flat all-reduce (`distributed.DataParallel.sum_grads`)
+  *global* sample count and the gradients are summed by bucketed all-reduces (`distributed.DataParallel.sum_grads`)
   before clipping: exactly the update one process computes over the same samples (`step.GSPOTrainer.train`);
 - a stop (cancel, shutdown, a cancel seen mid-rollouts) is agreed by all ranks (`DataParallel.any`).
 
@@ -25,6 +25,7 @@ from typing import Any
 from synth_ai.backend.trainers.distributed import DataParallel
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped
 from synth_ai.backend.trainers.rl.types import Rollout
+from synth_ai.config.job_specs import RLJobSpec
 
 
 def local_jobs(jobs: list[tuple[int, int, str]], dp: DataParallel) -> list[tuple[int, int, str]]:
@@ -103,7 +104,7 @@ def sum_values(dp: DataParallel, values: list[float]) -> list[float]:
     return [float(v) for v in tensor.tolist()]
 
 
-def place_rank(spec: dict[str, Any], dp: DataParallel) -> Any:
+def place_rank(spec: RLJobSpec, dp: DataParallel) -> Any:
     """This rank's devices from the job's `[topology]` (`topology.assign_devices`); makes the trainer's GPU the
     current CUDA device."""
     import torch

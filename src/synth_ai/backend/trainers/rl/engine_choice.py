@@ -1,4 +1,4 @@
-"""Which rollout engine serves the policy during RL: the built-in engine (`LocalPolicyServer`) or vLLM
+"""Which rollout engine serves the policy during RL: the built-in engine (`BuiltinRolloutEngine`) or vLLM
 (`synth_ai.backend.inference.vllm_engine`), and the `[vllm]` settings it gets.
 
 SYNTH_AI_ROLLOUT_ENGINE picks: `auto` (default) uses vLLM when the job has a `[vllm]` table, else the built-in
@@ -10,18 +10,24 @@ without `[vllm]` keeps the built-in engine and one with it gets vLLM wherever it
 installed, `tensor_parallel_size` within the machine, the model's head size one vLLM's CPU attention runs. A
 refusal there is a 400 with the reason, not a worker traceback minutes later.
 
-Both engines share the trainer's process (colocated): on a GPU vLLM gets `gpu_memory_utilization` of it (default
-DEFAULT_GPU_MEMORY, leaving the rest to the trainer), on a CPU a KV cache of `kv_cache_memory_bytes`, and the
-trainer's weights every `[training].weight_sync_interval` iterations, copied in memory. `[topology]` GPU counts
-size the job (`[compute]`), see docs/scale.md. Under torchrun each rank builds its own engine; a job of several
-ranks samples with the built-in engine (vLLM inside a data-parallel job is not done).
+The built-in engine samples a full fine-tune on a CUDA GPU from a bf16 copy of the policy, refreshed on every
+weight sync (`runtime.sampling_dtype`). Both engines share the trainer's process (colocated): on a GPU vLLM gets
+`gpu_memory_utilization` of it (default DEFAULT_GPU_MEMORY, leaving the rest to the trainer), on a CPU a KV cache
+of `kv_cache_memory_bytes`, and the trainer's weights every `[training].weight_sync_interval` iterations, copied
+in memory. `[topology]` GPU counts size the job (`[compute]`), see docs/scale.md. Under torchrun each rank builds
+its own engine; a job of several ranks samples with the built-in engine (vLLM inside a data-parallel job is not
+done). When the topology splits inference from training (`topology.inference_devices`), the chosen engine runs in a
+separate inference process on its own devices (`inference/split_engine.SplitRolloutEngine`), one per rank, so a
+data-parallel job may sample with vLLM there.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
+from synth_ai.backend.inference.rollout_engine import RolloutEngine
 from synth_ai.backend.inference.vllm_options import (  # noqa: F401 - llm_kwargs re-exported
     DEFAULT_GPU_MEMORY,
     VLLM_INSTALL_HINT,
@@ -30,16 +36,19 @@ from synth_ai.backend.inference.vllm_options import (  # noqa: F401 - llm_kwargs
     llm_kwargs,
     vllm_installed,
 )
-from synth_ai.errors import InvalidInputError, UnavailableError
+from synth_ai.backend.trainers.runtime import sampling_dtype  # noqa: F401 - also re-exported
+from synth_ai.config.job_specs import RLJobSpec
+from synth_ai.errors import InvalidInputError, SynthError, UnavailableError
 
 ENGINE_ENV = "SYNTH_AI_ROLLOUT_ENGINE"
 ENGINES = ("auto", "builtin", "vllm")
-def vllm_options(spec: dict[str, Any]) -> VllmOptions | None:
+TRANSFER_ENV = "SYNTH_AI_WEIGHT_TRANSFER"  # the split topology's weight transfer: files, gloo or nccl
+
+
+def vllm_options(spec: RLJobSpec | Mapping[str, Any]) -> VllmOptions | None:
     """The job's `[vllm]` table (None when it has none), checked."""
-    data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
-    table = config.get("vllm")
-    if not isinstance(table, dict):
+    table = RLJobSpec.of(spec).vllm
+    if table is None:
         return None
 
     def positive(key: str, default: Any) -> Any:
@@ -83,8 +92,10 @@ def choose_engine(options: VllmOptions | None, *, installed: bool, requested: st
         if wanted == "vllm":
             raise UnavailableError(f"{ENGINE_ENV}=vllm, but the vLLM engine does not run in a data-parallel job "
                                    f"({ranks} torchrun ranks) yet.",
-                                   hint="Use SYNTH_AI_ROLLOUT_ENGINE=builtin, or one rank "
-                                        "(SYNTH_AI_BACKEND_TORCHRUN_NPROC=1) for vLLM rollouts.")
+                                   hint="Use SYNTH_AI_ROLLOUT_ENGINE=builtin, one rank "
+                                        "(SYNTH_AI_BACKEND_TORCHRUN_NPROC=1), or a split topology (each rank's "
+                                        "vLLM in its own inference process: [topology].gpus_for_vllm, or "
+                                        "separate_inference = true) for vLLM rollouts.")
         return "builtin", f"data-parallel job ({ranks} ranks): each rank samples with the built-in engine"
     if wanted == "auto" and options is None:
         return "builtin", "the job has no [vllm] table"
@@ -95,7 +106,7 @@ def choose_engine(options: VllmOptions | None, *, installed: bool, requested: st
     return "vllm", why
 
 
-def refuse_unrunnable_vllm(spec: dict[str, Any], model_config: dict[str, Any] | None, *, gpus: int,
+def refuse_unrunnable_vllm(spec: RLJobSpec | Mapping[str, Any], model_config: dict[str, Any] | None, *, gpus: int,
                            installed: bool | None = None) -> None:
     """At create time, for a job that runs on this machine: refuse what its vLLM engine could not do here (see the
     module doc). `model_config`: the model's config.json, None when it is not on this machine (its own check then
@@ -122,6 +133,18 @@ def refuse_unrunnable_vllm(spec: dict[str, Any], model_config: dict[str, Any] | 
                                 details={"field": "data.model"})
 
 
+def refuse_unrunnable_here(spec: RLJobSpec, model_store: Any, *, gpus: int) -> None:
+    """The RL kind's `local_check` hook: `refuse_unrunnable_vllm` for the job's model as this machine has it. The
+    refusal's `details.code` is the 400's code."""
+    spec = RLJobSpec.of(spec)
+    try:
+        refuse_unrunnable_vllm(spec, model_config_here(spec.model_id or "", model_store), gpus=gpus)
+    except SynthError as exc:
+        code = "vllm_not_installed" if "not installed" in exc.message else "vllm_cannot_run"
+        details = exc.details if isinstance(exc.details, dict) else {}
+        raise type(exc)(exc.message, hint=exc.hint, details={**details, "code": code}) from None
+
+
 def model_config_here(model_id: str, store: Any) -> dict[str, Any] | None:
     """The model's config.json as far as the create-time check needs it, without building or loading anything: a
     model built here (tiny, mid) answers from its recipe, another from its folder; None when it is not here."""
@@ -140,22 +163,74 @@ def model_config_here(model_id: str, store: Any) -> dict[str, Any] | None:
         return None
 
 
-def build_rollout_engine(settings: Any, trainer: Any, spec: dict[str, Any], reporter: Any, *, ranks: int = 1) -> Any:
+def build_rollout_engine(settings: Any, trainer: Any, spec: RLJobSpec, reporter: Any, *,
+                         ranks: int = 1) -> RolloutEngine:
     """The engine the RL loop samples through (see the module doc); each torchrun rank builds its own."""
-    from synth_ai.backend.inference.policy_server import LocalPolicyServer
+    from synth_ai.backend.inference.policy_server import BuiltinRolloutEngine
 
+    common = {"seed": settings.seed, "max_images": settings.max_images_per_step,
+              "cid_prefix": f"{settings.job_id}-"}
+    split = _split_devices(spec)
+    if split is not None:
+        return _split_engine(trainer, split, spec, reporter, common)
     options = vllm_options(spec)
     name, why = choose_engine(options, installed=vllm_installed(), ranks=ranks)
     reporter.event("rl.rollout_engine", f"Rollouts are sampled by the {name} engine ({why}).",
                    {"engine": name, "reason": why,
                     **({"vllm": options.__dict__} if name == "vllm" and options is not None else {})})
-    common = {"seed": settings.seed, "max_images": settings.max_images_per_step,
-              "cid_prefix": f"{settings.job_id}-"}
     if name == "vllm":
-        from synth_ai.backend.inference.vllm_engine import VllmPolicyServer
+        from synth_ai.backend.inference.vllm_engine import VllmRolloutEngine
 
-        return VllmPolicyServer(trainer.served(), options or VllmOptions(), bf16=trainer.use_bf16,
+        return VllmRolloutEngine(trainer.served(), options or VllmOptions(), bf16=trainer.use_bf16,
                                 cpu=trainer.where.device != "cuda", **common)
     # asynchronous GSPO samples while the trainer updates: the built-in engine serves its own copy of the weights
     shared = settings.weight_sync_interval == 1 and not settings.asynchronous
-    return LocalPolicyServer(trainer.served(), share_weights=shared, **common)
+    return BuiltinRolloutEngine(trainer.served(), share_weights=shared,
+                                sampling_dtype=sampling_dtype(settings.mode, trainer.use_bf16),
+                                weight_source=trainer.weight_source, **common)
+
+
+def _split_devices(spec: RLJobSpec) -> tuple[str, ...] | None:
+    """This rank's inference-process devices when the job's topology splits inference from training."""
+    import torch
+
+    from synth_ai.backend.trainers import distributed
+    from synth_ai.backend.trainers.rl.topology import inference_devices
+
+    dp = distributed.current()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return inference_devices(RLJobSpec.of(spec).topology, gpus=gpus, rank=dp.rank, world=dp.world)
+
+
+def _split_engine(trainer: Any, devices: tuple[str, ...], spec: RLJobSpec, reporter: Any,
+                  common: dict[str, Any]) -> RolloutEngine:
+    """The split topology: the chosen engine (one per inference process, so vLLM too in a data-parallel job) in a
+    separate inference process on `devices`, weights sent through the weight transfer."""
+    from synth_ai.backend.inference.split_engine import SplitRolloutEngine
+
+    options = vllm_options(spec)
+    name, why = choose_engine(options, installed=vllm_installed())
+    vllm = (options or VllmOptions()).__dict__ if name == "vllm" else None
+    split = SplitRolloutEngine(trainer.served(), devices=devices, vllm=vllm, bf16=trainer.use_bf16,
+                               transfer=_transfer_kind(devices), weight_source=trainer.weight_source, **common)
+    reporter.event("rl.rollout_engine",
+                   f"Rollouts are sampled by the {name} engine in a separate inference process (pid {split.pid}, "
+                   f"{', '.join(devices)}; weights through {split.transfer.kind}).",
+                   {"engine": name, "reason": f"{why}; the topology splits inference from training",
+                    "inference_process": {"pid": split.pid, "devices": list(devices),
+                                          "transfer": split.transfer.kind},
+                    **({"vllm": vllm} if vllm is not None else {})})
+    return split
+
+
+def _transfer_kind(devices: tuple[str, ...]) -> str | None:
+    """SYNTH_AI_WEIGHT_TRANSFER when set; else files when the inference process shares the trainer's GPU (NCCL
+    refuses two ranks on one device); None: the device decides (`weight_transfer.transfer_for`)."""
+    import torch
+
+    chosen = os.environ.get(TRANSFER_ENV, "").strip().lower()
+    if chosen:
+        return chosen
+    if torch.cuda.is_available() and f"cuda:{torch.cuda.current_device()}" in devices:
+        return "files"
+    return None

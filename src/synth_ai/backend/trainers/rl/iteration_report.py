@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from synth_ai.backend.inference.rollout_engine import RolloutEngine
 from synth_ai.backend.trainers.rl.data_parallel import sum_values
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout
@@ -26,8 +27,12 @@ def report_started(reporter: Any, settings: RLSettings, trainer: Any, runner: An
                     "task_url": settings.task_url, "policy_url": runner.policy_url, "device": trainer.where.device,
                     "dtype": trainer.dtype_name, "trainable_params": trainer.trainable_count,
                     "vision": trainer.vision, "seed": settings.seed, "world_size": dp.world,
-                    # what [topology] assigns; until an engine runs on its own GPUs (docs/scale.md) it samples
-                    # on the trainer's device
+                    "fsdp": settings.fsdp if dp.enabled else None,  # the sharding strategy (rl.sharded_policy)
+                    # update memory: whether the layers are recomputed in backward (unset: CUDA decides)
+                    "activation_checkpointing": trainer.activation_checkpointing,
+                    "micro_batch_tokens": settings.micro_batch_tokens,
+                    # what [topology] assigns; an engine in the trainer's process samples on the trainer's device,
+                    # a separate inference process (the split) on its own, named in `rl.rollout_engine`
                     "devices": devices.describe(),
                     "rollout_device": devices.rollout[0] if devices.colocated else devices.trainer,
                     "step_rewards": settings.step_rewards.mode if settings.step_rewards.active else "off",
@@ -35,8 +40,8 @@ def report_started(reporter: Any, settings: RLSettings, trainer: Any, runner: An
                     "judge_rubrics": judge.rubric_source if judge else None})
 
 
-def report_dropped_images(reporter: Any, engine: Any, settings: RLSettings, it: int, dp: Any) -> None:
-    dropped = int(sum_values(dp, [getattr(engine, "images_dropped", 0)])[0])  # every rank's engine
+def report_dropped_images(reporter: Any, engine: RolloutEngine, settings: RLSettings, it: int, dp: Any) -> None:
+    dropped = int(sum_values(dp, [engine.images_dropped])[0])  # every rank's engine
     engine.images_dropped = 0
     if dropped:
         reporter.event("rl.images.dropped",
@@ -105,9 +110,23 @@ def report_step(reporter: Any, settings: RLSettings, record: dict[str, Any], eva
     write_metrics(reporter, [(metric, it, record.get(key), "train") for metric, key in names.items()]
                    + [("eval.mean_return", it, evaluated, "eval")])
     if it % settings.log_interval == 0 or it + 1 == settings.iterations:
-        reward = record.get("reward_mean")
-        reporter.event("rl.train.step",
-                       f"iteration {it + 1}/{settings.iterations}: reward {reward:.4f}"
-                       + (f", loss {record['loss']:.4f}" if record.get("loss") is not None else "")
-                       + f", {record['errors']} failed rollouts",
-                       {k: (round(v, 6) if isinstance(v, float) else v) for k, v in record.items()})
+        reporter.event("rl.train.step", step_message(record, it, settings.iterations),
+                       {**{k: (round(v, 6) if isinstance(v, float) else v) for k, v in record.items()},
+                        # an iteration re-run after a worker restart repeats its step: the attempt tells them apart
+                        "attempt": getattr(reporter, "attempt", 1)})
+
+
+def step_message(record: dict[str, Any], it: int, iterations: int) -> str:
+    """`iteration 3/8: reward 0.4062 (std 0.31), loss -2.481e-09, kl 1.2e-05, clip 0, 0 failed rollouts`.
+
+    GSPO's loss is near zero by construction (group-normalised advantages average to zero, and the first
+    minibatch's ratio is 1), so a fixed-point `loss -0.0000` said nothing: it is printed in scientific notation,
+    beside the numbers that move from one iteration to the next (the reward's spread, the update's KL between
+    the old and the new policy, the clipped fraction)."""
+    parts = [f"iteration {it + 1}/{iterations}: reward {record.get('reward_mean', 0.0):.4f}"
+             + (f" (std {record['reward_std']:.2g})" if isinstance(record.get("reward_std"), float) else "")]
+    for key, label, spec in (("loss", "loss", ".3e"), ("kl", "kl", ".2g"), ("clip_fraction", "clip", ".2g")):
+        if isinstance(record.get(key), (int, float)):
+            parts.append(f"{label} {record[key]:{spec}}")
+    parts.append(f"{record.get('errors', 0)} failed rollouts")
+    return ", ".join(parts)

@@ -1,4 +1,4 @@
-"""`run_rl`: the GSPO iteration loop (what a job worker calls for `kind = "rl"`).
+"""`run_rl`: the GSPO iteration loop (the RL kind's runner, what a job worker calls).
 
 Per iteration: `batch_size` seeds x `group_size` rollouts against the task app through the rollout engine (the
 policy served on 127.0.0.1), group-normalised advantages, GSPO updates on the recorded tokens, weight sync every
@@ -16,18 +16,21 @@ Asynchronous GSPO (`[training].max_staleness` > 0): the rollouts run in a pool b
 (`rl.rollout_pool`), each iteration trains the batch the pool finished, drops samples staler than the bound
 (`rl.staleness`), corrects the rest by truncated importance sampling (`rl.off_policy`) and publishes the weights to
 the engine after every optimiser step; `rl.backlog.growing` warns when finished groups pile up.
+The trainer and the engine come from `rl.run_parts` (the `Trainer` and `RolloutEngine` contracts).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.inference.rollout_engine import RolloutEngine
 from synth_ai.backend.trainers import distributed
+from synth_ai.backend.trainers.job_context import JobReporter, ModelLocator, StopCheck
 from synth_ai.backend.trainers.common import SilentReporter, TrainingCancelled, stop_reason
 from synth_ai.backend.trainers.rl.data_parallel import from_main, place_rank, run_rollouts
 from synth_ai.backend.trainers.rl.iteration_report import (
@@ -41,15 +44,17 @@ from synth_ai.backend.trainers.rl.iteration_report import (
 from synth_ai.backend.trainers.rl.judge import Judge, require_judge_key, task_app_rubrics
 from synth_ai.backend.trainers.rl.prefetch import Prefetch, prefetch_allowed
 from synth_ai.backend.trainers.rl.reward_report import judge_rollouts as _judge
-from synth_ai.backend.trainers.rl.reward_report import reward_extras, spec_config
+from synth_ai.backend.trainers.rl.reward_report import reward_extras
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings, resolve_rl_settings
 from synth_ai.backend.trainers.rl.rollout_pool import RolloutPool, SerialRunner
 from synth_ai.backend.trainers.rl.rollouts import RolloutsStopped, TaskAppUnavailable
 from synth_ai.backend.trainers.rl.sample_report import report_samples
 from synth_ai.backend.trainers.rl.staleness import BacklogWatch, drop_stale, drop_stale_adapters
-from synth_ai.backend.trainers.rl.step import GSPOTrainer, build_samples
+from synth_ai.backend.trainers.rl.run_parts import RLParts, Trainer, default_parts
+from synth_ai.backend.trainers.rl.step import build_samples
 from synth_ai.backend.trainers.rl.taskapp_wait import TaskAppWait
 from synth_ai.backend.trainers.rl.types import Rollout
+from synth_ai.config.job_specs import RLJobSpec
 
 MAX_FAILED_ITERATIONS = 3  # consecutive iterations where every rollout failed -> the job fails
 
@@ -61,21 +66,11 @@ def iteration_jobs(settings: RLSettings, iteration: int) -> list[tuple[int, int,
             for seed in range(first, first + settings.batch_size) for g in range(settings.group_size)]
 
 
-def environment_key_candidates(spec: dict[str, Any], data_dir: Path | None) -> list[str]:
-    """Keys to send the task app in X-API-Key: one given with the job first, then the backend's known keys
-    (`synth_ai.env.backend_keys.environment_keys`)."""
-    from synth_ai.env.backend_keys import environment_keys
-
-    given = [spec.get("environment_api_key"), (spec.get("data") or {}).get("environment_api_key")]
-    found = [k for k in given if isinstance(k, str) and k.strip()]
-    for key in environment_keys(data_dir):
-        if key not in found:
-            found.append(key)
-    return found
-
-
-def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: Any,
-           should_stop: Callable[[], bool]) -> dict[str, Any]:
+def run_rl(spec: RLJobSpec | Mapping[str, Any], *, workdir: Path, model_store: ModelLocator, reporter: JobReporter,
+           should_stop: StopCheck, parts: RLParts | None = None) -> dict[str, Any]:
+    """One RL job, from its typed spec (a flat dict, as benches build it, is read as one). `parts` makes the
+    trainer and the rollout engine (`rl.run_parts`; a job's own by default, tests of the loop pass fakes)."""
+    spec = RLJobSpec.of(spec)
     settings = resolve_rl_settings(spec)
     dp = distributed.current()
     if not dp.main:  # the other ranks of a torchrun job train silently; rank 0 reports for the job
@@ -85,33 +80,33 @@ def run_rl(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: A
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    run = _start(spec, settings, dp, devices, workdir, model_store, reporter, should_stop)
+    run = _start(spec, settings, dp, devices, workdir, model_store, reporter, should_stop, parts or default_parts())
     run.run_iterations()
     return run.finish()
 
 
-def _start(spec: dict[str, Any], settings: RLSettings, dp: Any, devices: Any, workdir: Path, model_store: Any,
-           reporter: Any, should_stop: Callable[[], bool]) -> GSPORun:
+def _start(spec: RLJobSpec, settings: RLSettings, dp: Any, devices: Any, workdir: Path, model_store: ModelLocator,
+           reporter: JobReporter, should_stop: StopCheck, parts: RLParts) -> GSPORun:
     """The policy (resumed from the newest checkpoint), the rollout engine and runner, the judge; then the
     `rl.train.started` event."""
-    from synth_ai.backend.trainers.rl.engine_choice import build_rollout_engine
     from synth_ai.backend.trainers.rl.rollout_process import make_runner
+    from synth_ai.backend.trainers.rl.job_secrets import environment_key_candidates
     from synth_ai.backend.trainers.rl.rollouts import pick_environment_key
 
-    trainer = GSPOTrainer(settings, model_store, workdir)
+    trainer = parts.make_trainer(settings, model_store, workdir)
     if trainer.adjustment is not None and len(trainer.adjustment[1]) > 1:  # the job's LoRA settings set aside
         reporter.event("rl.config.adjusted", *trainer.adjustment)
     state = trainer.resume(reporter)
     wait = TaskAppWait(settings, dp, reporter, should_stop)
     wait.before_start(int(state.get("iteration", 0)))  # a resumed job whose app is not back yet waits for it
-    # the built-in engine, or vLLM on GPUs (engine_choice)
-    engine = build_rollout_engine(settings, trainer, spec, reporter, ranks=dp.world)
+    # a job's: the built-in engine, or vLLM on GPUs (engine_choice)
+    engine = parts.make_engine(settings, trainer, spec, reporter, dp.world)
     data_dir = getattr(model_store, "data_dir", None)
     api_key = pick_environment_key(settings.task_url, environment_key_candidates(spec, data_dir))
     runner = make_runner(settings, engine, api_key, should_stop)
     if settings.asynchronous:  # the pool's thread and the loop's share it
         runner = SerialRunner(runner)
-    judge = Judge(require_judge_key(spec_config(spec)), task_rubrics=task_app_rubrics(settings.task_url, api_key)) \
+    judge = Judge(require_judge_key(spec.config), task_rubrics=task_app_rubrics(settings.task_url, api_key)) \
         if settings.judge is not None and dp.main else None  # rank 0 judges every rollout
     run = GSPORun(settings, dp, reporter, trainer, engine, runner, judge, state, should_stop, wait)
     report_started(reporter, settings, trainer, runner, judge, dp, devices, run.start)
@@ -131,7 +126,7 @@ class GSPORun:
     the next iteration's prefetched rollouts, the last update's duration, the count of wholly failed
     iterations and the task app's outage, if any."""
 
-    def __init__(self, settings: RLSettings, dp: Any, reporter: Any, trainer: GSPOTrainer, engine: Any,
+    def __init__(self, settings: RLSettings, dp: Any, reporter: Any, trainer: Trainer, engine: RolloutEngine,
                  runner: Any, judge: Judge | None, state: dict[str, Any], should_stop: Callable[[], bool],
                  wait: TaskAppWait) -> None:
         self.settings, self.dp, self.reporter = settings, dp, reporter
@@ -174,7 +169,7 @@ class GSPORun:
                 self.prefetched.cancel()
             if callable(getattr(self.runner, "close", None)):
                 self.runner.close()
-            self.engine.stop()
+            self.engine.close()
 
     def _iteration(self, it: int) -> None:
         settings = self.settings
@@ -184,7 +179,7 @@ class GSPORun:
         if settings.eval_every and it % settings.eval_every == 0:
             self.last_eval = evaluated = _evaluate(self.runner, settings, self.reporter, it, self.dp, self.wait)
         collected = self._collect_rollouts(it)
-        if getattr(self.engine, "failure", None) is not None:  # the vLLM engine died: this attempt ends here
+        if self.engine.failure is not None:  # the engine can sample no more (vLLM died): this attempt ends here
             raise self.engine.failure
         rollouts = collected.rollouts
         report_dropped_images(self.reporter, self.engine, settings, it, self.dp)
@@ -281,11 +276,11 @@ class GSPORun:
 
     def finish(self) -> dict[str, Any]:
         """Rank 0 saves and registers the final model and reports the run; the other ranks hold the same
-        weights."""
+        weights (or, sharded, help gather them)."""
         settings = self.settings
+        fine_tuned = self.trainer.save_final(self.history, self.last_eval)  # every rank: a sharded one gathers
         if not self.dp.main:
-            return {"fine_tuned_model": f"rl:{self.trainer.root_base}:{settings.job_id}", "rank": self.dp.rank}
-        fine_tuned = self.trainer.save_final(self.history, self.last_eval)
+            return {"fine_tuned_model": fine_tuned, "rank": self.dp.rank}
         rewards = [h["reward_mean"] for h in self.history if h.get("reward_mean") is not None]
         summary = {"iterations": settings.iterations, "reward_first": rewards[0] if rewards else None,
                    "reward_last": rewards[-1] if rewards else None, "eval_mean_return": self.last_eval}

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from synth_ai.backend.inference.rollout_engine import RolloutEngine
+
 TUNNEL_ENV = "SYNTH_AI_POLICY_TUNNEL"
 PATH = "/v1/chat/completions"
 
@@ -33,10 +35,16 @@ def _modal_forward(port: int) -> str:
     return str(tunnel.url)
 
 
-def policy_url(engine: Any, *, forward: Callable[[int], str] | None = None) -> str:
+def reach_policy_through_modal_tunnel() -> None:
+    """In a Modal container (the RL kind's `remote_setup`): the task app is elsewhere, so the policy it calls is
+    served through a Modal tunnel, unless the environment already says how."""
+    os.environ.setdefault(TUNNEL_ENV, "modal")
+
+
+def policy_url(engine: RolloutEngine, *, forward: Callable[[int], str] | None = None) -> str:
     """Start `engine` (a policy server) and return the chat-completions URL the task app should be given."""
     mode = os.environ.get(TUNNEL_ENV, "").strip().lower()
-    if mode not in {"modal", "token"} or not hasattr(engine, "path_token"):
+    if mode not in {"modal", "token"}:
         return engine.start()
     engine.path_token = secrets.token_urlsafe(24)
     engine.bind_host = "0.0.0.0"  # noqa: S104 - the tunnel connects to the container's interface

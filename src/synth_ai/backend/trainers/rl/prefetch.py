@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from synth_ai.backend.inference.rollout_engine import RolloutEngine
 from synth_ai.backend.trainers.rl.data_parallel import combine_rollouts, run_local_share
 from synth_ai.backend.trainers.rl.types import Rollout
 
@@ -32,11 +33,11 @@ FIRST_UPDATE_FACTOR = 4.0  # the margin on "an update costs about its rollouts" 
 JOIN_TIMEOUT_S = 30.0  # a cancelled prefetch ends at the runner's next stop poll; this only bounds a stuck one
 
 
-def prefetch_allowed(settings: Any, engine: Any, *, next_iteration: int, last_update_s: float | None,
+def prefetch_allowed(settings: Any, engine: RolloutEngine, *, next_iteration: int, last_update_s: float | None,
                      rollouts_s: float | None = None) -> bool:
     """Whether the loop may send `next_iteration`'s rollouts during this iteration's update; `rollouts_s` (this
     iteration's rollouts, not overlapped) stands in for the update's duration while none has been timed."""
-    if os.environ.get(PREFETCH_ENV, "1").strip() == "0" or not callable(getattr(engine, "hold", None)):
+    if os.environ.get(PREFETCH_ENV, "1").strip() == "0":
         return False
     if next_iteration >= settings.iterations:
         return False
@@ -51,7 +52,8 @@ class Prefetch:
     """Rollouts of `jobs` running in a thread of their own against a held engine; `release()` lets them sample,
     `result()` waits for them (combining the ranks' shares in the calling thread), `cancel()` abandons them."""
 
-    def __init__(self, runner: Any, engine: Any, jobs: list[tuple[int, int, str]], dp: Any, *, mode: str) -> None:
+    def __init__(self, runner: Any, engine: RolloutEngine, jobs: list[tuple[int, int, str]], dp: Any, *,
+                 mode: str) -> None:
         self.runner = runner
         self.engine = engine
         self.jobs = jobs

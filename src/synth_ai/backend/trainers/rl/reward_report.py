@@ -11,11 +11,6 @@ from synth_ai.backend.trainers.rl.rl_settings import RLSettings
 from synth_ai.backend.trainers.rl.types import Rollout
 
 
-def spec_config(spec: dict[str, Any]) -> dict[str, Any]:
-    data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
-    return data.get("config") if isinstance(data.get("config"), dict) else {}
-
-
 def judge_rollouts(judge: Judge, rollouts: list[Rollout], reporter: Any, it: int) -> JudgeReport:
     report = judge.score(rollouts)
     for r in rollouts:

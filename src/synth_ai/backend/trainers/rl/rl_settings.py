@@ -6,14 +6,17 @@ config models' own rule. Defaults are chosen for GSPO on small batches and writt
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from synth_ai.backend.trainers.common import DEFAULT_LORA_TARGETS, FULL_KINDS, LORA_KINDS, first_set
+from synth_ai.backend.trainers.optimizer import DEFAULT_OPTIMIZER_STATES
 from synth_ai.backend.trainers.rl.judge import JudgeSettings, require_judge_key, resolve_judge
 from synth_ai.backend.trainers.rl.step_rewards import StepRewardSettings, resolve_step_rewards
 from synth_ai.config.common import LoraSection
 from synth_ai.config.job_parts import check_part, given, lenient
+from synth_ai.config.job_specs import RLJobSpec
 from synth_ai.config.rl_schema import RLConfig, RolloutSection, TrainingSection
 from synth_ai.errors import InvalidInputError
 from synth_ai.taskapp.reachability import DEFAULT_WAIT_S
@@ -22,6 +25,10 @@ DEFAULT_EPSILON_LOW = 3e-4  # GSPO paper's sequence-level clip range
 DEFAULT_EPSILON_HIGH = 4e-4
 DEFAULT_MAX_STALENESS = 0  # synchronous unless asked: the same config keeps giving the same curve (docs/rl.md)
 DEFAULT_IMPORTANCE_SAMPLING_CAP = 2.0  # truncated IS cap C (off_policy.py); the usual choice of TIS papers
+# twice the built-in engine's running batch (32 rows): it stays full while half the rollouts are in their task app's
+# step, and a large batch neither floods the task app nor overflows the engine's queue of 256 calls (429s)
+DEFAULT_MAX_CONCURRENCY = 64
+DEFAULT_MICRO_BATCH_TOKENS = 8192  # Qwen3-4B full at 8k tokens a pass fits one 80 GB GPU (docs/decisions.md)
 
 
 @dataclass
@@ -71,6 +78,16 @@ class RLSettings:
     label: str | None = None
     max_staleness: int = DEFAULT_MAX_STALENESS  # optimiser steps a sample may lag the weights it trains
     importance_sampling_cap: float = DEFAULT_IMPORTANCE_SAMPLING_CAP
+    # issue 38 items 4-5: the reference model's device and the optimiser states (trainers/optimizer.py)
+    reference_device: str = "auto"  # "auto": beside the policy; "cpu": in host memory, the batch moved there
+    optimizer_states: str = DEFAULT_OPTIMIZER_STATES
+    # issue 38 item 1: log-probs through the LM head in vocabulary blocks (ml.token_logprobs); False: materialised
+    chunked_logprobs: bool = True
+    # update memory (issue 38 items 2-3): None = on when the policy trains on CUDA (`rl.policy` decides)
+    activation_checkpointing: bool | None = None
+    micro_batch_tokens: int = DEFAULT_MICRO_BATCH_TOKENS  # padded prompt + completion tokens per forward/backward
+    # issue 39 item 1: None (every rank holds the whole policy) | "full_shard" | "shard_grad_op" (`rl.sharded_policy`)
+    fsdp: str | None = None
 
     @property
     def asynchronous(self) -> bool:
@@ -88,17 +105,17 @@ class RLSettings:
         return {k: data[k] for k in keep}
 
 
-def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
+def resolve_rl_settings(spec: RLJobSpec | Mapping[str, Any]) -> RLSettings:
     """Read an RL job payload into `RLSettings`. The config's types and bounds are the config models'
     (`synth_ai.config.rl_schema`, checked by `synth_ai.config.job_parts`); what is checked here is what only this
     trainer decides (the training mode, a sampling temperature above zero, step rewards, the judge)."""
-    data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
-    raw = data.get("config") if isinstance(data.get("config"), dict) else {}
+    spec = RLJobSpec.of(spec)
+    raw = spec.config
     config = check_part(RLConfig, raw)
-    model_id = data.get("model") or data.get("base_model") or spec.get("model")
-    if not isinstance(model_id, str) or not model_id.strip():
+    model_id = spec.model_id
+    if model_id is None:
         raise InvalidInputError("The RL job names no model.", hint="Set [model].base or [model].source.")
-    task_url = data.get("endpoint_base_url") or (config.services.task_url if config.services else None)
+    task_url = spec.task_url or (config.services.task_url if config.services else None)
     if not isinstance(task_url, str) or not task_url.startswith(("http://", "https://")):
         raise InvalidInputError(f"The RL job has no task app URL (found {task_url!r}).",
                                 hint="Set [services].task_url or pass --task-url.")
@@ -109,12 +126,14 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
     policy_config = _policy_config(rollout, step_rewards)
     kl_coef = first_set(training.kl_coef, 0.0)
     _refuse_async_conflict(raw)
-    concurrency = rollout.max_concurrent_rollouts or 4
+    _refuse_topology_conflict(raw)  # issue 39 item 2: the split topology leaves a GPU to train on
+    batch_size, group_size = training.batch_size or 4, training.group_size or 4
+    concurrency = rollout.max_concurrent_rollouts or default_concurrency(batch_size, group_size)
     return RLSettings(
-        job_id=str(spec.get("job_id") or "local"), model_id=model_id.strip(), task_url=task_url.rstrip("/"),
+        job_id=spec.job_id, model_id=model_id, task_url=task_url.rstrip("/"),
         mode=_mode(model_cfg.trainer_mode if model_cfg else None),
         iterations=(training.num_epochs or 1) * (training.iterations_per_epoch or 1),
-        batch_size=training.batch_size or 4, group_size=training.group_size or 4,
+        batch_size=batch_size, group_size=group_size,
         learning_rate=training.learning_rate or 1e-5, max_turns=rollout.max_turns or training.max_turns or 1,
         concurrency=min(concurrency, training.async_semaphore_max or concurrency),
         weight_sync_interval=training.weight_sync_interval or (training.weight_sync.interval
@@ -137,14 +156,41 @@ def resolve_rl_settings(spec: dict[str, Any]) -> RLSettings:
         label=model_cfg.label if model_cfg else None,
         max_staleness=first_set(training.max_staleness, DEFAULT_MAX_STALENESS),
         importance_sampling_cap=first_set(training.importance_sampling_cap, DEFAULT_IMPORTANCE_SAMPLING_CAP),
+        reference_device=training.reference_device or "auto",
+        optimizer_states=training.optimizer_states or DEFAULT_OPTIMIZER_STATES,
+        # issue 38 item 1
+        chunked_logprobs=first_set(training.chunked_logprobs, True),
+        activation_checkpointing=training.activation_checkpointing,
+        micro_batch_tokens=_token_budget(config, training.micro_batch_tokens),
+        # issue 39 item 1
+        fsdp=(training.fsdp_sharding_strategy or "FULL_SHARD").lower() if training.fsdp else None,
     )
+
+
+def default_concurrency(batch_size: int, group_size: int) -> int:
+    """Rollouts in flight when `[rollout].max_concurrent_rollouts` is unset: every rollout of an iteration, so that
+    their policy calls decode together in the engine's running batch, up to DEFAULT_MAX_CONCURRENCY
+    (docs/decisions.md has the measurements)."""
+    return min(batch_size * group_size, DEFAULT_MAX_CONCURRENCY)
 
 
 def _refuse_async_conflict(raw: dict[str, Any]) -> None:
     """An asynchronous setting this trainer cannot honour is refused (never run synchronously instead)."""
     from synth_ai.config.rl import async_conflict
 
-    conflict = async_conflict(raw.get("training") if isinstance(raw.get("training"), dict) else {})
+    _refuse(async_conflict(raw.get("training") if isinstance(raw.get("training"), dict) else {}))
+
+
+def _refuse_topology_conflict(raw: dict[str, Any]) -> None:
+    """Issue 39 item 2: `[topology].gpus_for_vllm` that takes every GPU of `[compute]` is refused at create time,
+    with the key path (`config.rl.topology_conflict`, the check `config validate` makes)."""
+    from synth_ai.config.rl import topology_conflict
+
+    _refuse(topology_conflict(raw))
+
+
+def _refuse(conflict: tuple[tuple[str, ...], str, Any, str] | None) -> None:
+    """A config check's (key path, what is wrong, found, fix) as the create-time refusal."""
     if conflict is not None:
         path, message, found, fix = conflict
         key = f"[{'.'.join(path[:-1])}].{path[-1]}"
@@ -152,10 +198,11 @@ def _refuse_async_conflict(raw: dict[str, Any]) -> None:
                                 details={"field": "data.config." + ".".join(path)})
 
 
-def check_rl_job(spec: dict[str, Any]) -> RLSettings:
+def check_rl_job(spec: RLJobSpec | Mapping[str, Any]) -> RLSettings:
     """The create-time check of an RL job: its settings, and a judge this backend could call (the provider's key
     in its environment). A refusal's `details` name the body field and, for the judge, the 400's code."""
-    config = (spec.get("data") or {}).get("config") or {}
+    spec = RLJobSpec.of(spec)
+    config = spec.config
     try:
         resolve_step_rewards(config.get("training") if isinstance(config.get("training"), dict) else {})
     except InvalidInputError as exc:
@@ -166,7 +213,42 @@ def check_rl_job(spec: dict[str, Any]) -> RLSettings:
         code = "missing_judge_api_key" if "is not set in the backend's environment" in exc.message else "invalid_judge"
         raise InvalidInputError(exc.message, hint=exc.hint, details={"field": "data.config.judge", "code": code}) \
             from None
-    return resolve_rl_settings(spec)
+    settings = resolve_rl_settings(spec)
+    # issue 39 item 1: a policy that cannot train on its [compute] GPUs, data-parallel or sharded
+    from synth_ai.backend.trainers.rl.sharding_plan import refuse_what_cannot_fit
+    from synth_ai.backend.trainers.rl.topology import training_gpus_of
+
+    gpu_count = spec.compute.get("gpu_count") if isinstance(spec.compute.get("gpu_count"), int) else 1
+    refuse_what_cannot_fit(settings.model_id, settings.mode, bool(settings.fsdp), spec.compute,
+                           training_gpus_of(spec, gpu_count, gpu_count))
+    return settings
+
+
+def _token_budget(config: RLConfig, asked: int | None) -> int:
+    """`[training].micro_batch_tokens`; unset, the default, raised to the longest sample the config allows (one runs
+    whole in a forward/backward). Set below that, refused: the numbers, and the two ways out."""
+    longest, key, what = _longest_sample(config)
+    if asked is None:
+        return max(DEFAULT_MICRO_BATCH_TOKENS, longest or 0)
+    if longest is not None and longest > asked:
+        raise InvalidInputError(
+            f"[training].micro_batch_tokens = {asked} is smaller than one sample may be: {key} = {longest} lets "
+            f"{what} reach {longest} tokens, and a sample runs whole in one forward/backward.",
+            hint=f"Raise [training].micro_batch_tokens to at least {longest}, or lower {key}.",
+            details={"field": "data.config.training.micro_batch_tokens"})
+    return asked
+
+
+def _longest_sample(config: RLConfig) -> tuple[int | None, str, str]:
+    """(tokens, key, what they bound): the longest sample the config allows. `[vllm].max_model_len` bounds prompt +
+    completion; without it `[rollout.policy_config].max_tokens` bounds the completion alone (its prompt comes on
+    top, unbounded); (None, "", "") when neither is set."""
+    if config.vllm is not None and config.vllm.max_model_len:
+        return config.vllm.max_model_len, "[vllm].max_model_len", "a prompt and its completion"
+    policy = config.rollout.policy_config if config.rollout is not None else None
+    if policy is not None and policy.max_tokens:
+        return policy.max_tokens, "[rollout.policy_config].max_tokens", "a completion alone (before its prompt)"
+    return None, "", ""
 
 
 def _mode(trainer_mode: str | None) -> str:

@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.inference.rollout_engine import RolloutEngine
 from synth_ai.backend.trainers.rl.policy_exposure import policy_url
 from synth_ai.backend.trainers.rl.rollouts import STOP_POLL_S, RolloutRunner, RolloutsStopped, attach_calls
 from synth_ai.backend.trainers.rl.types import Rollout
@@ -45,7 +46,7 @@ class RolloutProcessDied(RuntimeError):
     """The child running the rollouts ended without answering (killed, or out of memory)."""
 
 
-def make_runner(settings: Any, engine: Any, api_key: str | None, should_stop: Callable[[], bool]) -> Any:
+def make_runner(settings: Any, engine: RolloutEngine, api_key: str | None, should_stop: Callable[[], bool]) -> Any:
     """The job's rollout runner: in a child process (the default), or in this one with SYNTH_AI_RL_ROLLOUT_PROCESS=0."""
     if os.environ.get(PROCESS_ENV, "1").strip() == "0":
         return RolloutRunner(settings, engine, api_key, should_stop)
@@ -55,7 +56,8 @@ def make_runner(settings: Any, engine: Any, api_key: str | None, should_stop: Ca
 class RolloutProcess:
     """`RolloutRunner`'s interface (`policy_url`, `run`, `abandon`, `close`) over a child process."""
 
-    def __init__(self, settings: Any, engine: Any, api_key: str | None, should_stop: Callable[[], bool]) -> None:
+    def __init__(self, settings: Any, engine: RolloutEngine, api_key: str | None,
+                 should_stop: Callable[[], bool]) -> None:
         self.settings = settings
         self.engine = engine
         self.should_stop = should_stop
@@ -130,16 +132,6 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([source, rest]) if rest else source}
 
 
-class _Address:
-    """What the runner needs of an engine in the child: the policy's URL (the trainer's process started it)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def start(self) -> str:
-        return self.url
-
-
 class _ChildRunner(RolloutRunner):
     def _settle(self, result: Rollout, cid: str) -> None:
         pass  # the trainer's process settles the cids it gets back (`RolloutProcess.run`)
@@ -169,7 +161,7 @@ def serve(conn: Any) -> None:
                 work.put(message)
 
     threading.Thread(target=listen, name="rl-rollouts-listen", daemon=True).start()
-    runner = _ChildRunner(settings, _Address(url), api_key, stop.is_set)
+    runner = _ChildRunner(settings, None, api_key, stop.is_set, url=url)  # the parent started the engine
     while (message := work.get()) is not None:
         _, jobs, mode, extra_policy = message
         try:

@@ -15,20 +15,22 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from synth_ai.backend.trainers.rl.advantages import InvalidRollout, read_rewards
+from synth_ai.backend.inference.rollout_engine import RolloutEngine
+from synth_ai.backend.trainers.rl.advantages import read_rewards
 from synth_ai.backend.trainers.rl.policy_exposure import policy_url
 from synth_ai.backend.trainers.rl.rl_settings import RLSettings
-from synth_ai.backend.trainers.rl.task_client import (
-    TaskAppClient,
-    TaskAppRequestFailed,
+from synth_ai.backend.trainers.rl.types import Rollout
+from synth_ai.errors import InvalidInputError
+from synth_ai.taskapp.client import RolloutAnswer, TaskAppClient, run_sync
+from synth_ai.taskapp.contracts import RolloutRequest
+from synth_ai.taskapp.failures import (
+    TaskAppFailure,
+    TaskAppHTTPError,
+    TaskAppInvalidResponse,
     TaskAppTimeout,
     TaskAppUnreachable,
 )
-from synth_ai.backend.trainers.rl.types import Rollout
-from synth_ai.env.secrets import redact
-from synth_ai.errors import InvalidInputError
 from synth_ai.taskapp.inference import with_cid
-from synth_ai.taskapp.reachability import unreachable_answer
 
 RETRY_DELAYS_S = (0.5, 2.0, 5.0)
 STOP_POLL_S = 0.25
@@ -41,20 +43,9 @@ class TaskAppUnavailable(RuntimeError):
 def pick_environment_key(task_url: str, candidates: list[str], timeout: float = 10.0) -> str | None:
     """The first candidate the task app accepts on `/task_info`. Raises when it refuses every one (an auth answer,
     not an outage: the rollouts would all fail the same way). None when no key is known."""
-    import httpx
-
-    refused = 0
-    with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-        for key in candidates:
-            try:
-                response = client.get(f"{task_url}/task_info", headers={"X-API-Key": key})
-            except httpx.HTTPError:
-                return key  # unreachable now: the rollouts report it (with retries)
-            if response.status_code == 200:
-                return key
-            if not _is_auth_refusal(response):
-                return key  # some other trouble: the rollouts will say what
-            refused += 1
+    refused = run_sync(_count_refusals(task_url, candidates, timeout))
+    if isinstance(refused, str):
+        return refused
     if candidates and refused == len(candidates):
         raise InvalidInputError(
             f"The task app at {task_url} refused every ENVIRONMENT_API_KEY this backend knows ({refused}).",
@@ -63,27 +54,33 @@ def pick_environment_key(task_url: str, candidates: list[str], timeout: float = 
     return candidates[0] if candidates else None
 
 
-def _is_auth_refusal(response: Any) -> bool:
-    """401/403, or the reference's 400 with error code `unauthorised`."""
-    if response.status_code in (401, 403):
-        return True
-    if response.status_code != 400:
-        return False
-    try:
-        detail = response.json().get("detail")
-        return isinstance(detail, dict) and (detail.get("error") or {}).get("code") in ("unauthorised", "unauthorized")
-    except (ValueError, AttributeError):
-        return False
+async def _count_refusals(task_url: str, candidates: list[str], timeout: float) -> str | int:
+    """The first key to keep (accepted, or the app is away or in other trouble: the rollouts report that, with
+    retries), else how many keys the app refused."""
+    refused = 0
+    async with TaskAppClient(task_url) as app:
+        for key in candidates:
+            try:
+                await app.get("/task_info", headers={"X-API-Key": key}, timeout_s=timeout)
+            except TaskAppHTTPError as exc:
+                if exc.auth_refused:
+                    refused += 1
+                    continue
+            except TaskAppFailure:
+                pass  # unreachable now: the rollouts report it (with retries)
+            return key
+    return refused
 
 
 def rollout_request(settings: RLSettings, *, seed: int, cid: str, policy_url: str, mode: str,
-                    extra_policy: dict[str, Any] | None = None) -> dict[str, Any]:
+                    extra_policy: dict[str, Any] | None = None) -> RolloutRequest:
+    """The trainer's `/rollout` request (the reference's shape, §5.3: `record`, `on_done` and `safety` spelt out)."""
     policy = {**settings.policy_config, **(extra_policy or {})}
     policy.update({"model": settings.label or settings.model_id, "inference_url": with_cid(policy_url, cid),
                    "max_turns": settings.max_turns, "max_llm_calls": settings.max_turns})
     if "timeout_s" not in policy:
         policy["timeout_s"] = settings.rollout_timeout_s
-    return {
+    return RolloutRequest.model_validate({
         "run_id": cid,
         "env": {"env_name": settings.env_name, "config": dict(settings.env_config), "seed": seed},
         "policy": {"policy_name": settings.policy_name, "config": policy},
@@ -92,17 +89,20 @@ def rollout_request(settings: RLSettings, *, seed: int, cid: str, policy_url: st
         "on_done": "reset",
         "safety": {"max_ops": 100000, "max_time_s": settings.rollout_timeout_s},
         "mode": mode,
-    }
+    })
 
 
 class RolloutRunner:
-    def __init__(self, settings: RLSettings, engine: Any, api_key: str | None,
-                 should_stop: Callable[[], bool]) -> None:
+    def __init__(self, settings: RLSettings, engine: RolloutEngine | None, api_key: str | None,
+                 should_stop: Callable[[], bool], *, url: str | None = None) -> None:
+        """`engine` serves the policy and records its calls; the rollout child has none, only the `url` of the
+        engine its parent started."""
         self.settings = settings
         self.engine = engine
         self.api_key = api_key
         self.should_stop = should_stop
-        self.policy_url = policy_url(engine)  # loopback, or a tunnel when the job runs on Modal
+        # loopback, or a tunnel when the job runs on Modal
+        self.policy_url = url if url is not None else policy_url(engine)
         self._client: TaskAppClient | None = None  # kept across iterations where it can be (its connections)
         self._abandoned = False
 
@@ -123,8 +123,8 @@ class RolloutRunner:
                        extra_policy: dict[str, Any] | None) -> list[Rollout]:
         gate = asyncio.Semaphore(self.settings.concurrency)
         if self._client is None or not self._client.reusable:  # httpx clients belong to one event loop
-            headers = {"X-API-Key": self.api_key} if self.api_key else {}
-            self._client = TaskAppClient(self.settings.task_url, headers, concurrency=self.settings.concurrency)
+            self._client = TaskAppClient(self.settings.task_url, api_key=self.api_key,
+                                         concurrency=self.settings.concurrency)
         client = self._client
         try:
             tasks = [asyncio.create_task(self._one(client, gate, seed, index, cid, mode, extra_policy))
@@ -152,25 +152,13 @@ class RolloutRunner:
             result.attempt_cids.append(attempt_cid)
             body = rollout_request(self.settings, seed=seed, cid=attempt_cid, policy_url=self.policy_url,
                                    mode=mode, extra_policy=extra_policy)
-            retry = False
             async with gate:  # a slot per attempt: the back-off below leaves it to other rollouts
                 try:
-                    response = await client.post_json("/rollout", body, self.settings.rollout_timeout_s)
-                except TaskAppTimeout:
-                    response = None
-                    result.error, result.error_kind, retry = (
-                        f"/rollout did not answer within {self.settings.rollout_timeout_s:g}s", "timeout", True)
-                except TaskAppUnreachable as exc:
-                    response = None
-                    result.error, result.error_kind, retry = (
-                        f"could not reach the task app at {self.settings.task_url}: "
-                        f"{redact(str(exc)) or 'no detail'}", "unreachable", True)
-                except TaskAppRequestFailed as exc:
-                    response = None
-                    result.error, result.error_kind, retry = (
-                        f"/rollout failed: {redact(str(exc)) or 'no detail'}", "transport", True)
-            if response is not None:
-                result.error, result.error_kind, retry = self._read(result, response, attempt_cid)
+                    answer = await client.rollout(body, timeout_s=self.settings.rollout_timeout_s)
+                except TaskAppFailure as exc:
+                    result.error, result.error_kind, retry = self._failed(exc)
+                else:
+                    result.error, result.error_kind, retry = self._read(result, answer)
             self._settle(result, attempt_cid)
             if result.error is None:
                 return result
@@ -185,26 +173,30 @@ class RolloutRunner:
         error gets the calls recorded under it."""
         attach_calls(result, self.engine.take_calls(cid))
 
-    def _read(self, result: Rollout, response: Any, cid: str) -> tuple[str | None, str | None, bool]:
-        gateway = unreachable_answer(response.status_code, response.text)
-        if gateway is not None:  # a proxy answered for an app that is not there
-            return (f"could not reach the task app at {self.settings.task_url}: {gateway}", "unreachable", True)
-        if response.status_code >= 500 or response.status_code == 429:
-            return (f"/rollout answered HTTP {response.status_code}: {redact(response.text[:300])}", "http", True)
-        if _is_auth_refusal(response):  # its body may list key fragments: not repeated in events
-            return (f"/rollout answered HTTP {response.status_code}: the task app refused the ENVIRONMENT_API_KEY",
-                    "http", False)
-        if response.status_code >= 400:
-            return (f"/rollout answered HTTP {response.status_code}: {redact(response.text[:300])}", "http", False)
+    def _failed(self, exc: TaskAppFailure) -> tuple[str, str, bool]:
+        """(error, error_kind, retry) of an attempt without a usable answer: an outage, a timeout, a 5xx or 429 and
+        a transport error are retried; a 4xx or an invalid answer is not."""
+        if isinstance(exc, TaskAppTimeout):
+            return f"/rollout did not answer within {self.settings.rollout_timeout_s:g}s", "timeout", True
+        if isinstance(exc, TaskAppUnreachable):
+            return (f"could not reach the task app at {self.settings.task_url}: {exc.reason or 'no detail'}",
+                    "unreachable", True)
+        if isinstance(exc, TaskAppHTTPError):
+            if exc.auth_refused:  # its body may list key fragments: not repeated in events
+                return (f"/rollout answered HTTP {exc.status_code}: the task app refused the ENVIRONMENT_API_KEY",
+                        "http", False)
+            retry = exc.status_code >= 500 or exc.status_code == 429
+            return f"/rollout answered HTTP {exc.status_code}: {exc.excerpt}", "http", retry
+        if isinstance(exc, TaskAppInvalidResponse):
+            return f"/rollout answered 200 with an invalid rollout response ({exc.reason})", "invalid_response", False
+        return f"/rollout failed: {exc.reason or 'no detail'}", "transport", True
+
+    def _read(self, result: Rollout, answer: RolloutAnswer) -> tuple[str | None, str | None, bool]:
         try:
-            doc = response.json()
-            read_rewards(result, doc, self.settings)
-        except ValueError as exc:  # InvalidRollout is a ValueError; so is a body that is not JSON
-            detail = str(exc) if isinstance(exc, InvalidRollout) else \
-                f"not JSON: {redact(response.text[:200])!r}"
-            return (f"/rollout answered 200 with an invalid rollout response ({detail})", "invalid_response", False)
-        trajectories = doc.get("trajectories") if isinstance(doc, dict) else None
-        result.steps = sum(len(t.get("steps") or []) for t in trajectories or [] if isinstance(t, dict))
+            read_rewards(result, answer.doc, self.settings)
+        except ValueError as exc:  # InvalidRollout, or a value that is not a number
+            return f"/rollout answered 200 with an invalid rollout response ({exc})", "invalid_response", False
+        result.steps = answer.step_count
         return None, None, False
 
 

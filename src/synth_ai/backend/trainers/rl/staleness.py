@@ -9,7 +9,7 @@ trained within the bound, so with one optimiser step per iteration nothing is dr
 (`max_accumulated_minibatch`) a batch can fall further behind and its oldest samples are dropped.
 
 A LoRA policy served by vLLM as an adapter has a second check (`drop_stale_adapters`): each sample must carry the
-adapter version that the engine published for its policy version (`VllmPolicyServer.adapter_versions`). A sample
+adapter version that the engine published for its policy version (`RolloutEngine.adapter_versions`). A sample
 that does not (an older adapter served, or none) is never trained: it is dropped, counted
 (`stale_adapter.dropped`) and named in an `rl.adapter.stale` warning.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from synth_ai.backend.inference.rollout_engine import RolloutEngine
 from synth_ai.backend.trainers.rl.types import Sample
 
 BACKLOG_WARN_BATCHES = 3  # `rl.backlog.growing` when more finished groups wait than this many batches hold
@@ -48,11 +49,11 @@ def drop_stale(samples: list[Sample], trainer_version: int, max_staleness: int) 
                                  dropped=len(samples) - len(kept))
 
 
-def drop_stale_adapters(samples: list[Sample], engine: Any, reporter: Any, it: int) -> tuple[list[Sample],
-                                                                                         dict[str, int]]:
+def drop_stale_adapters(samples: list[Sample], engine: RolloutEngine, reporter: Any,
+                        it: int) -> tuple[list[Sample], dict[str, int]]:
     """The samples sampled through the adapter their policy version was published with, and the record's count of
     the others (none: the engine serves no adapter). Each dropped one is reported with both versions."""
-    published = getattr(engine, "adapter_versions", None)
+    published = engine.adapter_versions
     if published is None:
         return samples, {}
     kept: list[Sample] = []

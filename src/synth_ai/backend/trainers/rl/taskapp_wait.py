@@ -6,7 +6,9 @@ what counts as unreachable, and waits with backoff).
   answers: an app that is down refuses no key, so the choice would be blind).
 - Rollouts of an iteration, or of an evaluation, that could not reach the app are run again once it answers, with
   fresh cids (`<cid>-w<n>`; the engine records no calls under a cid it settled): the job goes on from the same
-  iteration, with every rollout it would have had.
+  iteration, with every rollout it would have had. The app is probed first: rollouts that failed during an outage
+  that is already over (asynchronous batches collected after the app came back) are sent again at once, so one
+  outage is one `waiting`/`back` pair.
 - The wait lasts at most `[training].task_app_wait_s` (default 300 s) from the first failure until a request gets
   through again; past it the job fails with `TaskAppUnavailable` and the reason. 0 turns the wait off: an
   iteration whose rollouts all fail to reach the app then fails the job at once.
@@ -71,6 +73,10 @@ class TaskAppWait:
 
     def _wait(self, why: str, it: int, data: dict[str, Any], waiting: str) -> None:
         url = self.settings.task_url
+        if from_main(self.dp, asyncio.run(_probe_once(url)) if self.dp.main else None) is None:
+            # The app answers now: these rollouts were sent during an outage that is over (an asynchronous
+            # batch collected after the one that saw it end). Sent again without a second waiting/back pair.
+            return
         data = {"iteration": it, "task_url": url, "reason": why, "window_s": self.outage.window_s, **data}
         if self.outage.begin(why):
             self.reporter.event("rl.taskapp.waiting",

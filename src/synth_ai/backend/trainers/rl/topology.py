@@ -13,13 +13,19 @@ The rule (docs/scale.md):
 
 `gpus_for_ref` is counted against the GPUs present; the reference model itself stays on its rank's trainer GPU.
 Every refusal names the key to change.
+
+`inference_devices` says when a rank's rollout engine runs in a separate inference process (issue 39, the split
+topology): on GPUs whenever the split gives it GPUs of its own, on a CPU when `[topology].separate_inference =
+true` asks for it; `separate_inference = false` keeps the engine in the trainer's process everywhere.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from synth_ai.config.job_specs import RLJobSpec
 from synth_ai.errors import InvalidInputError
 
 
@@ -33,14 +39,9 @@ class RankDevices:
         return {"trainer": self.trainer, "rollout": list(self.rollout), "colocated": self.colocated}
 
 
-def topology_of(payload: dict[str, Any]) -> dict[str, Any]:
-    """The job's `[topology]` (or `[compute.topology]`) table from an RL payload; {} when it has none."""
-    data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
-    for holder in (config, config.get("compute"), payload, payload.get("compute")):
-        if isinstance(holder, dict) and isinstance(holder.get("topology"), dict):
-            return holder["topology"]
-    return {}
+def topology_of(spec: RLJobSpec | Mapping[str, Any]) -> dict[str, Any]:
+    """The job's `[topology]` (or `[compute.topology]`) table from an RL spec or payload; {} when it has none."""
+    return RLJobSpec.of(spec).topology
 
 
 def _count(topology: dict[str, Any], key: str, default: int | None, minimum: int = 0) -> int | None:
@@ -64,6 +65,16 @@ def training_gpus(topology: dict[str, Any], gpus: int, gpu_count: int = 1) -> in
     if wanted is None:
         wanted = room if vllm else gpu_count
     return max(1, min(wanted, room))
+
+
+def training_gpus_of(spec: RLJobSpec, local_gpus: int, gpu_count: int) -> int:
+    """The RL kind's `training_gpus` hook (the torchrun executor's rank count): some of [compute]'s GPUs may go to
+    the rollout engines. A topology this machine cannot give keeps `gpu_count`: the worker refuses it, with its
+    message."""
+    try:
+        return training_gpus(RLJobSpec.of(spec).topology, local_gpus, gpu_count)
+    except InvalidInputError:
+        return gpu_count
 
 
 def assign_devices(topology: dict[str, Any] | None, *, gpus: int, rank: int = 0, world: int = 1) -> RankDevices:
@@ -112,6 +123,29 @@ def assign_devices(topology: dict[str, Any] | None, *, gpus: int, rank: int = 0,
             hint=f"Set gpus_for_vllm to at least {world * tp}, or start fewer ranks.")
     first = train + rank * tp
     return RankDevices(f"cuda:{rank}", tuple(f"cuda:{i}" for i in range(first, first + tp)), False)
+
+
+def inference_devices(topology: dict[str, Any] | None, *, gpus: int, rank: int = 0,
+                      world: int = 1) -> tuple[str, ...] | None:
+    """The devices of this rank's separate inference process (see the module doc); None when its rollout engine
+    stays in the trainer's process."""
+    topology = topology or {}
+    wanted = topology.get("separate_inference")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise InvalidInputError(f"[topology].separate_inference must be true or false (found {wanted!r}).")
+    if wanted is False:
+        return None
+    if gpus <= 0:
+        return ("cpu",) if wanted else None
+    try:
+        devices = assign_devices(topology, gpus=gpus, rank=rank, world=world)
+    except InvalidInputError:
+        if world > 1:
+            raise
+        devices = assign_devices({}, gpus=gpus)  # one process: a topology for hosted hardware runs colocated here
+    if devices.colocated and not wanted:
+        return None
+    return devices.rollout
 
 
 def _fits(used: int, gpus: int, key: str) -> None:

@@ -42,7 +42,7 @@ def _unsharded_model(run: SFTRun, model_store: Any) -> Any:
     ranks get the sharded model back."""
     from synth_ai.backend.ml import loading
     from synth_ai.backend.trainers.common import load_policy, wrap_lora
-    from synth_ai.backend.trainers.sft import fsdp
+    from synth_ai.backend.trainers import fsdp
 
     settings, tm = run.settings, run.model
     weights = fsdp.full_tensors(tm.trainable, run.dp)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from synth_ai.backend.trainers.sft.runtime import Runtime
+from synth_ai.backend.trainers.runtime import Runtime
 from synth_ai.backend.trainers.sft.sft_settings import Reporter, Settings
 from synth_ai.errors import InvalidInputError
 

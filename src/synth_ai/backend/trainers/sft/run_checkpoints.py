@@ -37,7 +37,7 @@ def resume_from_checkpoint(run: SFTRun) -> None:
 def _restore_tensors(run: SFTRun, resume_from: Path, saved: dict) -> None:
     import torch
 
-    from synth_ai.backend.trainers.sft import fsdp
+    from synth_ai.backend.trainers import fsdp
 
     tm = run.model
     missing = set(tm.trainable) - set(saved["weights"])
@@ -56,7 +56,7 @@ def _restore_tensors(run: SFTRun, resume_from: Path, saved: dict) -> None:
 def save_checkpoint(run: SFTRun, step: int) -> Path | None:
     """The checkpoint after `step` steps; rank 0 writes it and returns its folder, other ranks return None."""
     from synth_ai.backend.trainers import checkpoints
-    from synth_ai.backend.trainers.sft import fsdp
+    from synth_ai.backend.trainers import fsdp
 
     tm, dp, progress = run.model, run.dp, run.progress
     weights, optimizer_state = (fsdp.full_tensors(tm.trainable, dp), fsdp.optimizer_state(tm.loss_sum, tm.optimizer)) \

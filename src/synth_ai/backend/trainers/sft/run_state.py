@@ -10,7 +10,7 @@ from typing import Any
 from synth_ai.backend.trainers.sft.inputs import TrainingData
 from synth_ai.backend.trainers.sft.model_setup import TrainingModel
 from synth_ai.backend.trainers.sft.plan import StepPlan
-from synth_ai.backend.trainers.sft.runtime import Runtime
+from synth_ai.backend.trainers.runtime import Runtime
 from synth_ai.backend.trainers.sft.sft_settings import Reporter, Settings
 
 

@@ -6,10 +6,10 @@ learning-rate schedule and where the job's data files are. The keys' types and b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -22,8 +22,10 @@ from synth_ai.backend.trainers.common import (  # noqa: F401 - re-exported: shar
     _int,
     first_set,
 )
+from synth_ai.backend.trainers.job_context import JobReporter
 from synth_ai.config.common import LoraSection
 from synth_ai.config.job_parts import check_part, dotted_key, lenient
+from synth_ai.config.job_specs import SFTJobSpec
 from synth_ai.config.sft_schema import (
     HyperparametersSection,
     ModelConfigSection,
@@ -34,10 +36,7 @@ from synth_ai.config.sft_schema import (
 from synth_ai.errors import InvalidInputError, NotFoundError
 
 
-class Reporter(Protocol):
-    def event(self, type: str, message: str, data: dict[str, Any] | None = None, level: str = "info") -> None: ...
-
-    def metric(self, name: str, step: int, value: float, phase: str = "train") -> None: ...
+Reporter = JobReporter  # the name the SFT stages import it under
 
 
 # Settings ---------------------------------------------------------------------------------------------------------
@@ -81,15 +80,16 @@ class Settings:
         return kept
 
 
-def resolve_settings(spec: dict[str, Any]) -> Settings:
+def resolve_settings(spec: SFTJobSpec | Mapping[str, Any]) -> Settings:
     """Read the job payload into `Settings`. Types and bounds of the keys come from the config models
     (`synth_ai.config.job_parts`), so a bad value is refused with its key exactly as `config validate` and the
     backend refuse it; what is checked here is what only this trainer decides (modes, schedules, sharding)."""
-    model = spec.get("model")
-    if not isinstance(model, str) or not model.strip():
+    spec = SFTJobSpec.of(spec)
+    model = spec.model_id
+    if model is None:
         raise InvalidInputError("The SFT job has no model.", hint="Set [job].model, e.g. 'synth-ai/tiny-qwen3'.")
-    hp = check_part(HyperparametersSection, spec.get("hyperparameters"), dotted_key("hyperparameters"))
-    effective = check_part(SFTConfig, (spec.get("metadata") or {}).get("effective_config"))
+    hp = check_part(HyperparametersSection, spec.hyperparameters, dotted_key("hyperparameters"))
+    effective = check_part(SFTConfig, spec.effective_config)
     training = effective.training or lenient(SFTTrainingSection)()
     notes: list[str] = []
     mode = _mode(hp, training, effective.algorithm, notes)
@@ -100,7 +100,7 @@ def resolve_settings(spec: dict[str, Any]) -> Settings:
     sequence = first_set(hp.sequence_length, hp.max_length, hp.max_seq_length)
     parallelism = hp.parallelism or lenient(ParallelismSection)()
     return Settings(
-        base_model=model.strip(), job_id=str(spec.get("job_id") or "local"), mode=mode,
+        base_model=model, job_id=spec.job_id, mode=mode,
         learning_rate=first_set(hp.learning_rate, 2e-4 if mode == "lora" else 2e-5),
         n_epochs=None if total_steps else (hp.n_epochs or 1), total_steps=total_steps,
         warmup_ratio=hp.warmup_ratio or 0.0, lr_scheduler=_scheduler(hp), per_device_batch=per_device,
@@ -200,8 +200,10 @@ def _sharding(parallelism: Any, notes: list[str]) -> str | None:
     return None
 
 
-def data_path(spec: dict[str, Any], key: str, *, required: bool) -> Path | None:
-    raw = spec.get(key)
+def data_path(spec: SFTJobSpec, role: str, *, required: bool) -> Path | None:
+    """The local path of the job's `role` file ("training", "validation"), checked to exist."""
+    raw = spec.files.get(role)
+    key = f"{role}_file_path"
     if not raw:
         if required:
             raise InvalidInputError(f"The SFT job spec has no {key}.")

@@ -64,7 +64,7 @@ def _optimizer_step(run: SFTRun, step: int) -> tuple[float, list[tuple[dict[str,
     batches with their weights, the gradient norm before clipping)."""
     import torch
 
-    from synth_ai.backend.trainers.sft import fsdp
+    from synth_ai.backend.trainers import fsdp
 
     dp, tm, train = run.dp, run.model, run.data.train
     step_items = run.plan.step_items(step)

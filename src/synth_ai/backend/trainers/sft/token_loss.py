@@ -1,7 +1,8 @@
 """The SFT loss as a module: the summed cross-entropy of a micro-batch's labelled next tokens.
 
 The decoder runs once, then the LM head and the cross-entropy run only on the positions whose next token is
-labelled (with Qwen's 151k vocabulary this avoids a full logits tensor). It is a module, not a function, so that
+labelled, in vocabulary blocks (`ml.token_logprobs`: no [tokens, vocabulary] logits tensor with Qwen's 151k
+vocabulary); the sum of the targets' -log p is the summed cross-entropy. It is a module, not a function, so that
 under FSDP (`trainers.fsdp`) it can be the root of the sharding: a call through it gathers the parameters the
 decoder layers do not own (embeddings, final norm, the LM head, tied or not) and reduces their gradients, which a
 direct call of the decoder and then the LM head would bypass.
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from synth_ai.backend.ml.token_logprobs import lm_head_scores
 from synth_ai.backend.trainers.common import NullContext, decoder_inputs
 
 
@@ -35,5 +37,4 @@ class SelectedTokenLoss(torch.nn.Module):
             hidden = decoder(**kwargs).last_hidden_state[:, :-1]
             targets = batch["labels"][:, 1:]
             selected = targets != -100
-            logits = lm_head(hidden[selected]).float()
-        return torch.nn.functional.cross_entropy(logits, targets[selected], reduction="sum")
+            return -lm_head_scores(lm_head, hidden[selected], targets[selected]).logprobs.sum()

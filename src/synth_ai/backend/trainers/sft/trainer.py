@@ -1,8 +1,8 @@
 """The SFT trainer: full fine-tune or LoRA on Qwen3 / Qwen3-VL, in a plain PyTorch loop.
 
-`run_sft(spec, workdir=, model_store=, reporter=, should_stop=)` is what a job worker calls. `spec` is the SFT job
-payload (reference §2.3: `model`, `hyperparameters`, `metadata.effective_config`) plus `job_id`,
-`training_file_path` and optionally `validation_file_path`.
+`run_sft(spec, workdir=, model_store=, reporter=, should_stop=)` is what a job worker calls. `spec` is the job's
+`SFTJobSpec` (`synth_ai.config.job_specs`): the stored payload (reference §2.3: `model`, `hyperparameters`,
+`metadata.effective_config`), the job id and model, and the local paths of its training and validation files.
 
 Why a hand-written loop and not `transformers.Trainer`: the work per step is small (tiny models on CPU, or one
 GPU), so per-step overhead decides throughput; and the loop must check `should_stop()` between steps, checkpoint
@@ -16,11 +16,12 @@ and resume exactly, and report events and metrics in the backend's vocabulary. W
   gradient accumulation gives the same gradient as one big batch (`steps`);
 - AdamW, gradient clipping, linear warmup then linear (default), cosine or constant decay (`model_setup`);
 - bf16 autocast only on a CUDA GPU that supports it (fp32 on CPU); one torch thread for tiny models on CPU
-  unless `OMP_NUM_THREADS` says otherwise (`runtime`).
+  unless `OMP_NUM_THREADS` says otherwise (`trainers/runtime.py`, shared with RL).
 
-A run is a sequence of stages, each in its own module: `runtime` (device, dtype, threads), `inputs` (tokenizer and
-data), `plan` (the steps), `model_setup` (model, loss, optimizer), `run_checkpoints` (resume, save), `steps` (the
-loop), `validation`, `final_model` (save, register, result); `run_state` holds what they share.
+A run is a sequence of stages, each in its own module: `trainers.runtime` (device, dtype, threads, loading the
+policy with LoRA; shared with RL), `inputs` (tokenizer and data), `plan` (the steps), `model_setup` (model, loss,
+optimizer), `run_checkpoints` (resume, save), `steps` (the loop), `validation`, `final_model` (save, register,
+result); `run_state` holds what they share.
 
 Events: `sft.training.started`, `sft.config.adjusted`, `sft.data.truncated`, `sft.data.images_dropped`,
 `sft.data.skipped`, `sft.progress`, `sft.validation.summary`, `sft.checkpoint.saved`, `sft.training.resumed`,
@@ -37,19 +38,20 @@ reduce-scatter when the model is sharded: `fsdp`) and only rank 0 reports, check
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from synth_ai.backend.trainers import distributed
 from synth_ai.backend.trainers.common import SilentReporter
+from synth_ai.backend.trainers.job_context import JobReporter, ModelLocator, StopCheck
+from synth_ai.backend.trainers.runtime import choose_runtime
 from synth_ai.backend.trainers.sft.final_model import save_final_model
 from synth_ai.backend.trainers.sft.inputs import read_training_data
 from synth_ai.backend.trainers.sft.model_setup import build_training_model
 from synth_ai.backend.trainers.sft.plan import plan_steps
 from synth_ai.backend.trainers.sft.run_checkpoints import resume_from_checkpoint
 from synth_ai.backend.trainers.sft.run_state import SFTRun
-from synth_ai.backend.trainers.sft.runtime import choose_runtime
 from synth_ai.backend.trainers.sft.sft_settings import (  # noqa: F401 - re-exported (rl_settings, routes, tests)
     DEFAULT_LORA_TARGETS,
     FULL_KINDS,
@@ -63,21 +65,24 @@ from synth_ai.backend.trainers.sft.sft_settings import (  # noqa: F401 - re-expo
 )
 from synth_ai.backend.trainers.sft.steps import train_steps
 from synth_ai.backend.trainers.sft.validation import validate
+from synth_ai.config.job_specs import SFTJobSpec
 
 
-def run_sft(spec: dict[str, Any], *, workdir: Path, model_store: Any, reporter: Reporter,
-            should_stop: Callable[[], bool]) -> dict[str, Any]:
+def run_sft(spec: SFTJobSpec | Mapping[str, Any], *, workdir: Path, model_store: ModelLocator,
+            reporter: JobReporter, should_stop: StopCheck) -> dict[str, Any]:
+    """One SFT job, from its typed spec (a flat dict, as benches build it, is read as one)."""
+    spec = SFTJobSpec.of(spec)
     settings = resolve_settings(spec)
     dp = distributed.current()
     if not dp.main:  # the other ranks of a torchrun job train silently; rank 0 reports for the job
         reporter = SilentReporter()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    train_path = data_path(spec, "training_file_path", required=True)
-    val_path = data_path(spec, "validation_file_path", required=False)
+    train_path = data_path(spec, "training", required=True)
+    val_path = data_path(spec, "validation", required=False)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    runtime = choose_runtime(settings, model_store)
+    runtime = choose_runtime(model_store, settings.base_model, bf16=settings.bf16, notes=settings.notes)
     data = read_training_data(settings, runtime, train_path, val_path, reporter)
     plan = plan_steps(settings, data.train, data.val, dp.world)
     model = build_training_model(settings, runtime, data.tokenizer, plan, dp, model_store, reporter)

@@ -1,7 +1,9 @@
-"""FSDP sharding of an SFT job under torchrun (`[hyperparameters.parallelism] fsdp = true`).
+"""FSDP sharding under torchrun, shared by SFT (`[hyperparameters.parallelism] fsdp = true`) and RL
+(`[training] fsdp = true`, `rl.sharded_policy`).
 
-PyTorch's own FSDP2 (`torch.distributed.fsdp.fully_shard`): each decoder layer is one shard group and the loss
-module (`trainers.token_loss.SelectedTokenLoss`) is the root, owning the embeddings, the final norm and the LM head
+PyTorch's own FSDP2 (`torch.distributed.fsdp.fully_shard`): each decoder layer is one shard group and a module
+around the whole model is the root (SFT's loss, `sft.token_loss.SelectedTokenLoss`; RL's log-probs,
+`rl.sharded_policy.CompletionLogprobs`), owning the embeddings, the final norm and the LM head
 (tied to the embeddings on small Qwen3 models, so they must share a group). Every call goes through the root, so
 the parameters outside the layers are gathered for the decoder *and* the LM head, and their gradients reduced.
 
@@ -43,11 +45,6 @@ def shard(root: torch.nn.Module, layers: Any, dp: DataParallel, strategy: str) -
             module.set_force_sum_reduction_for_comms(True)  # gloo has no pre-multiplied sum
 
 
-def decoder_layers(decoder: Any) -> Any:
-    """The decoder layers (Qwen3's `model.layers`; Qwen3-VL's text layers are under `language_model`)."""
-    return decoder.layers if hasattr(decoder, "layers") else decoder.language_model.layers
-
-
 def padded(mine: list[Any], step_items: list[Any], dp: DataParallel) -> list[tuple[Any, float]]:
     """(micro-batch, weight) pairs: this rank's share of the step's micro-batches, then zero-weighted repeats of
     one until this rank runs as many passes as the rank with the most (they are dealt round-robin)."""
@@ -69,6 +66,17 @@ def full_tensors(named: dict[str, Any], dp: DataParallel) -> dict[str, torch.Ten
             out[name] = whole.cpu()
         del whole
     return out
+
+
+def copy_full_into(named: dict[str, Any], targets: dict[str, torch.Tensor]) -> None:
+    """Each (sharded) tensor of `named` gathered whole and copied into the same-named tensor of `targets` (an
+    unsharded model's), one tensor at a time, on every rank. A collective."""
+    with torch.no_grad():
+        for name, param in named.items():
+            data = param.detach()
+            whole = data.full_tensor() if hasattr(data, "full_tensor") else data
+            targets[name].copy_(whole.to(targets[name].dtype))
+            del whole
 
 
 def optimizer_state(root: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
