@@ -15,6 +15,7 @@ Outside torchrun (`WORLD_SIZE` unset or 1) everything here is a no-op, so the si
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -97,7 +98,19 @@ def _join(rank: int, world: int, local_rank: int) -> DataParallel:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if cuda else "gloo", rank=rank, world_size=world)
+        atexit.register(_leave)
     return DataParallel(rank=rank, world=world, local_rank=local_rank)
+
+
+def _leave() -> None:
+    """Tear the process group down while the interpreter is still whole. Left to interpreter shutdown, a gloo
+    rank that finished first (the others still writing a checkpoint) could die in C++ ("terminate called without
+    an active exception", SIGABRT), and torchrun then failed the whole job. Local: no collective, so a rank never
+    waits here on a peer that crashed."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _device(dp: DataParallel) -> Any:
