@@ -10,6 +10,7 @@ from __future__ import annotations
 ID_PREFIXES: dict[str, str] = {
     "sft": "job",
     "rl": "rljob",
+    "tinker": "tinkerjob",
 }
 
 

@@ -91,6 +91,8 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
         inference,
         learning,
         rl,
+        tinker_api,
+        tinker_futures,
     )
 
     api_deps = [Depends(require_auth)]
@@ -98,6 +100,9 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
     for module in (files, learning, rl, inference, env_keys, dashboard, exports, imports):
         app.include_router(module.router, prefix="/api", dependencies=api_deps)
     dashboard.add_pages(app)
+    tinker_deps = [Depends(tinker_api.require_tinker_key)]  # the Tinker SDK's own header (docs/tinker.md)
+    for module in (tinker_api, tinker_futures):
+        app.include_router(module.router, prefix="/api/v1", dependencies=tinker_deps, include_in_schema=False)
 
     @app.get("/api/health", dependencies=api_deps, include_in_schema=False)
     def api_health() -> dict[str, Any]:

@@ -30,6 +30,7 @@ EXTENSIONS_ENV = "SYNTH_AI_JOB_KINDS"
 # The built-in kinds' names (their registry entries below), for their routes' lookups (`job_kind(RL_KIND)`).
 SFT_KIND = "sft"
 RL_KIND = "rl"
+TINKER_KIND = "tinker"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class JobKind:
     list_route: str = "GET /api/learning/jobs"  # where a client lists jobs of this kind (said in a 404's hint)
     checkpoint_unit: str = "step"  # what a checkpoint's number counts (the dashboard's label)
     resumable: bool = True  # a run cut short resumes from its last checkpoint in a new worker
+    # held open by a client (a Tinker training client): runs beside batch jobs, up to max_interactive_jobs of them,
+    # instead of waiting for a batch job's slot
+    interactive: bool = False
     modal_extras: tuple[str, ...] = ("train",)  # this package's extras a Modal container installs for the job
     # Optional hooks, "module:function"; None: the kind has nothing to say there.
     training_gpus: str | None = None  # (spec, local_gpus, gpu_count) -> GPUs that train (torchrun's rank count)
@@ -127,6 +131,13 @@ KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
             local_check="synth_ai.backend.trainers.rl.local_check:refuse_unrunnable_here",
             remote_secrets="synth_ai.backend.trainers.rl.job_secrets:job_secrets",
             remote_setup="synth_ai.backend.trainers.rl.policy_exposure:reach_policy_through_modal_tunnel"),
+    # a Tinker SDK training client (routes/tinker_api.py): made by the Tinker API's create_model, never posted; it
+    # holds its state in memory, so a worker that dies does not resume it (its futures fail instead)
+    JobKind(name=TINKER_KIND, training_type="tinker", id_prefix=ID_PREFIXES["tinker"],
+            body_check="synth_ai.config.tinker_settings:check_body",
+            settings="synth_ai.config.tinker_settings:read_settings",
+            runner="synth_ai.backend.trainers.tinker.serve:run", package="synth_ai.backend.trainers.tinker",
+            list_route="GET /api/learning/jobs", resumable=False, interactive=True),
 )}
 _loaded_extensions: set[str] = set()
 

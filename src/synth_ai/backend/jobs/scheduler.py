@@ -45,6 +45,11 @@ log = logging.getLogger("synth_ai.backend.scheduler")
 TICK_S = 0.5
 
 
+def _interactive(kind_name: str) -> bool:
+    kind = find_kind(kind_name)
+    return kind is not None and kind.interactive
+
+
 def _resumable(kind_name: str) -> bool:
     kind = find_kind(kind_name)
     return kind is not None and kind.resumable
@@ -60,6 +65,7 @@ class _Running:
     term_sent_at: float | None = None
     killed: bool = False
     warm: bool = False  # handed to a warm worker (which may die before it claims the job)
+    interactive: bool = False  # a kind a client holds open (JobKind.interactive): counted apart from batch jobs
 
 
 class Scheduler:
@@ -202,17 +208,18 @@ class Scheduler:
         if self._stop.is_set():
             return
         with self._lock:
-            free = self.settings.max_concurrent_jobs - len(self._running)
+            interactive = sum(1 for item in self._running.values() if item.interactive)
+            free = {False: self.settings.max_concurrent_jobs - (len(self._running) - interactive),
+                    True: self.settings.max_interactive_jobs - interactive}
             busy = set(self._running)
-        if free <= 0:
+        if max(free.values()) <= 0:
             return
         rows = self.db.conn().execute(
             "SELECT * FROM jobs WHERE status = 'queued' ORDER BY updated_at, created_at LIMIT ?",
-            (free + len(busy),)).fetchall()
+            (sum(max(n, 0) for n in free.values()) + len(busy) + 16,)).fetchall()
         for row in rows:
-            if free <= 0:
-                break
-            if row["id"] in busy:
+            pool = _interactive(row["kind"])
+            if free[pool] <= 0 or row["id"] in busy:
                 continue
             if self.warm.warming() and row["id"] not in self._cold_only:
                 break  # the warm worker is importing already: a cold start now would only be slower
@@ -235,7 +242,7 @@ class Scheduler:
                                       event=(J.EV_FAILED, f"Job failed: {reason}", {"reason": reason}, "error"),
                                       message=reason)
                 continue
-            free -= 1
+            free[pool] -= 1
 
     def _worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -269,7 +276,8 @@ class Scheduler:
                     cwd=str(job_dir), start_new_session=True, close_fds=True)
         self.store.update(job_id, worker_pid=proc.pid)
         with self._lock:
-            self._running[job_id] = _Running(job_id, proc, executor, log_path, warm=warm is not None)
+            self._running[job_id] = _Running(job_id, proc, executor, log_path, warm=warm is not None,
+                                             interactive=_interactive(row["kind"]))
         log.info("%s worker pid %s for job %s (attempt %s)", "cold" if warm is None else "warm",
                  proc.pid, job_id, attempts)
 

@@ -119,6 +119,46 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0004_tinker",
+        """
+        CREATE TABLE tinker_sessions (
+            id TEXT PRIMARY KEY,
+            created_at TEXT NOT NULL,
+            heartbeat_at TEXT NOT NULL,
+            finished_at TEXT
+        );
+        CREATE TABLE tinker_models (
+            id TEXT PRIMARY KEY,               -- "<session id>:train:<model seq id>", the SDK's own form
+            session_id TEXT NOT NULL,
+            job_id TEXT NOT NULL,
+            base_model TEXT NOT NULL,
+            lora_rank INTEGER NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE tinker_requests (
+            id TEXT PRIMARY KEY,
+            model_id TEXT NOT NULL,            -- the training model that runs it (a sample: its sampler's model)
+            seq_id INTEGER,                    -- the model's order; NULL for samples, which have none
+            op TEXT NOT NULL,
+            body TEXT NOT NULL,
+            status TEXT NOT NULL,              -- pending, done, failed
+            result TEXT,
+            error TEXT,
+            category TEXT,
+            created_at TEXT NOT NULL,
+            finished_at TEXT
+        );
+        CREATE UNIQUE INDEX tinker_requests_seq ON tinker_requests(model_id, seq_id);
+        CREATE INDEX tinker_requests_pending ON tinker_requests(model_id, status);
+        CREATE TABLE tinker_samplers (
+            id TEXT PRIMARY KEY,
+            model_id TEXT NOT NULL,
+            weights TEXT,                      -- a saved sampler checkpoint's folder; NULL: the base model
+            created_at TEXT NOT NULL
+        );
+        """,
+    ),
 ]
 
 

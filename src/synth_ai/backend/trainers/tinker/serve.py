@@ -1,0 +1,203 @@
+"""The `tinker` job's run: one Tinker training client served until its session ends.
+
+The worker loads the client's model (`client_model`), answers the `create_model` future, then takes the client's
+requests from the queue (`store.tinker_queue`) in `seq_id` order, samples whenever they come, and stores each
+result or error for `retrieve_future`. A request that fails is answered with its error and the client goes on
+(the SDK's clients are not poisoned by one failed call).
+
+It ends when the session is closed (`ServiceClient.close()`), when no heartbeat has come for
+`SESSION_TIMEOUT_S` (the SDK sends one every 10 s while its process lives), or when the job is cancelled. Then the
+adapter as it stands is saved and registered as the job's fine-tuned model (`ft:<base>:<job id>`: `models export`,
+`eval` and the inference endpoint take it), and requests still pending are failed with the reason.
+
+Checkpoints live in the job's work folder: `tinker/weights/<name>/` (adapter and optimizer, for `load_state`) and
+`tinker/sampler_weights/<name>/` (a PEFT adapter folder); a `tinker://<model id>/<kind>/<name>` path names one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from synth_ai.backend.server_settings import BackendSettings
+from synth_ai.backend.store.db import Database
+from synth_ai.backend.store.tinker_queue import Request, TinkerQueue
+from synth_ai.backend.trainers.job_context import JobReporter, ModelLocator, StopCheck
+from synth_ai.config.tinker_settings import read_settings
+from synth_ai.config.job_specs import JobSpec
+from synth_ai.errors import SynthError
+
+log = logging.getLogger("synth_ai.backend.tinker")
+
+SESSION_TIMEOUT_S = float(os.environ.get("SYNTH_AI_TINKER_SESSION_TIMEOUT_S", "120"))
+IDLE_POLL_S = 0.02
+
+
+def run(spec: JobSpec, *, workdir: Path, model_store: ModelLocator, reporter: JobReporter,
+        should_stop: StopCheck) -> dict[str, Any]:
+    from synth_ai.backend.trainers.tinker.client_model import ClientModel
+
+    settings = read_settings(spec)
+    backend = BackendSettings.load()
+    queue = TinkerQueue(Database(backend.db_path))
+    create = queue.next_for(settings.model_id, 0)
+    try:
+        client = ClientModel(settings, model_store)
+    except BaseException as exc:
+        if create is not None:
+            queue.fail(create.id, f"The training client could not be created: {exc}",
+                       "user" if isinstance(exc, SynthError) else "server")
+        raise
+    server = _ClientServer(client, queue, settings, workdir, reporter, backend)
+    if create is not None and create.op == "create_from_state":  # create_training_client_from_state
+        server._answer(create)
+    elif create is not None:
+        queue.finish(create.id, {"model_id": settings.model_id, "type": "create_model"})
+    reporter.event("tinker.client.ready", f"Tinker training client {settings.model_id} is ready on "
+                   f"{settings.base_model} (LoRA rank {settings.lora_r}).",
+                   {"model_id": settings.model_id, "lora_rank": settings.lora_r})
+    why = server.serve(should_stop)
+    final = Path(workdir) / "final"
+    fine_tuned = f"ft:{settings.base_model}:{spec.job_id}"
+    client.save_final(final, fine_tuned, {"steps": client.steps, "source": "tinker",
+                                          "tinker_model_id": settings.model_id})
+    model_store.register_fine_tuned(fine_tuned, settings.base_model, spec.job_id, final)
+    queue.fail_pending(settings.model_id, f"The training client stopped ({why}).")
+    reporter.event("tinker.client.stopped", f"Tinker training client {settings.model_id} stopped: {why}.",
+                   {"reason": why, "steps": client.steps})
+    return {"fine_tuned_model": fine_tuned, "steps": client.steps, "stopped_because": why}
+
+
+class _ClientServer:
+    def __init__(self, client: Any, queue: TinkerQueue, settings: Any, workdir: Path, reporter: JobReporter,
+                 backend: BackendSettings) -> None:
+        self.client, self.queue, self.settings, self.reporter = client, queue, settings, reporter
+        self.root = Path(workdir) / "tinker"
+        self.backend = backend
+        self.samplers: dict[str, dict[str, Any]] = {}  # sampler weights name -> adapter snapshot
+        self.tokenizer: Any = None
+
+    def serve(self, should_stop: StopCheck) -> str:
+        next_seq, checked = 1, 0.0
+        while True:
+            if should_stop():
+                return "the job was cancelled"
+            if time.monotonic() - checked > 1.0:
+                checked = time.monotonic()
+                silent = self.queue.session_silent_for(self.settings.session_id)
+                if silent is None:
+                    return "its session was closed"
+                if silent > SESSION_TIMEOUT_S:
+                    return f"no heartbeat from its session for {int(silent)} s"
+            request = self.queue.next_for(self.settings.model_id, next_seq)
+            if request is None:
+                time.sleep(IDLE_POLL_S)
+                continue
+            self._answer(request)
+            if request.seq_id is not None:
+                next_seq = request.seq_id + 1
+
+    def _answer(self, request: Request) -> None:
+        try:
+            result = self._run(request)
+        except SynthError as exc:
+            self.queue.fail(request.id, exc.message + (f" {exc.hint}" if exc.hint else ""), "user")
+        except Exception as exc:  # the client's future gets the reason; the job goes on
+            log.exception("tinker request %s (%s) failed", request.id, request.op)
+            self.queue.fail(request.id, f"{type(exc).__name__}: {exc}", "server")
+        else:
+            self.queue.finish(request.id, result)
+
+    def _run(self, request: Request) -> Any:
+        body, op, client = request.body, request.op, self.client
+        if op in ("forward", "forward_backward"):
+            return client.forward_backward(body, backward=op == "forward_backward")
+        if op == "optim_step":
+            result = client.optim_step(body.get("adam_params"))
+            self.reporter.metric("tinker.loss", client.steps, result.pop("loss"))
+            return result
+        if op == "save_weights":
+            folder = self._folder("weights", body["name"])
+            client.save_state(folder)
+            return {"path": self._path("weights", body["name"]), "type": "save_weights"}
+        if op in ("load_weights", "create_from_state"):
+            client.load_state(self._owner_folder(body["owner"], "weights", body["name"]), optimizer=body["optimizer"])
+            return {"path": body["path"], "type": "load_weights"}
+        if op == "save_weights_for_sampler":
+            return self._save_for_sampler(body)
+        if op == "sample":
+            return self._sample(body)
+        raise ValueError(f"unknown Tinker operation {op!r}")
+
+    def _save_for_sampler(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body.get("name")
+        if name is None:  # save_weights_and_get_sampling_client: weights kept in memory for its sampler
+            sampler_id = f"{body['session_id']}:sample:{int(body['sampling_session_seq_id'])}"
+            name = f"ephemeral-{int(body['sampling_session_seq_id'])}"
+            self.samplers[name] = self.client.snapshot()
+            self.queue.add_sampler(sampler_id, self.settings.model_id, name)
+            return {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
+        folder = self._folder("sampler_weights", name)
+        self.client.save_adapter(folder)
+        self.samplers[name] = self.client.snapshot()
+        self.reporter.event("tinker.sampler_weights.saved", f"Sampler weights '{name}' saved.",
+                            {"path": self._path("sampler_weights", name), "steps": self.client.steps})
+        return {"path": self._path("sampler_weights", name), "type": "save_weights_for_sampler"}
+
+    def _sample(self, body: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from synth_ai.backend.trainers.tinker.sampling import sample
+
+        weights = self.samplers.get(body["weights"])
+        if weights is None:  # sampler weights saved by an earlier run of this client
+            folder = self._folder("sampler_weights", body["weights"], create=False)
+            weights = torch.load(folder / "trainable.pt", map_location="cpu")
+            self.samplers[body["weights"]] = weights
+        current = self.client.snapshot()
+        self.client.load_snapshot(weights)
+        try:
+            return sample(self.client.model, self._tokenizer(), self._eos_ids(), body, self.client.device)
+        finally:
+            self.client.load_snapshot(current)
+
+    def _tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.client.tokenizer_path))
+        return self.tokenizer
+
+    def _eos_ids(self) -> list[int]:
+        eos = self.client.model.generation_config.eos_token_id
+        ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
+        return [int(i) for i in ids] or [int(self._tokenizer().eos_token_id)]
+
+    def _path(self, kind: str, name: str, owner: str | None = None) -> str:
+        return f"tinker://{owner or self.settings.model_id}/{kind}/{name}"
+
+    def _folder(self, kind: str, name: str, *, create: bool = True) -> Path:
+        folder = self.root / kind / name
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
+        elif not folder.is_dir():
+            raise FileNotFoundError(f"no {kind} checkpoint named '{name}'")
+        return folder
+
+    def _owner_folder(self, owner: str, kind: str, name: str) -> Path:
+        from synth_ai.errors import NotFoundError
+
+        if owner == self.settings.model_id:
+            folder = self.root / kind / name
+        else:
+            row = self.queue.model(owner)
+            if row is None:
+                raise NotFoundError(f"Training client '{owner}' is not known to this backend.")
+            folder = self.backend.job_dir(row["job_id"]) / "work" / "tinker" / kind / name
+        if not folder.is_dir():
+            raise NotFoundError(f"No saved state '{self._path(kind, name, owner)}' on this backend.",
+                                hint="Use a path that save_state returned.")
+        return folder
