@@ -169,6 +169,12 @@ def find_kind(name: str) -> JobKind | None:
     return KINDS.get(name)
 
 
+def interactive_kinds() -> list[str]:
+    """The names of the kinds a client holds open (`JobKind.interactive`): the scheduler's second pool."""
+    _load_extensions()
+    return [kind.name for kind in KINDS.values() if kind.interactive]
+
+
 def job_kind(name: str) -> JobKind:
     kind = find_kind(name)
     if kind is None:

@@ -25,8 +25,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from synth_ai.backend.jobs.kinds import find_kind
+from synth_ai.backend.jobs.kinds import find_kind, interactive_kinds
 from synth_ai.backend.jobs.launching import Executor, ExecutorChooser, NoExecutorError
 from synth_ai.backend.jobs.process_contract import (
     EXIT_INTERRUPTED,
@@ -214,9 +215,8 @@ class Scheduler:
             busy = set(self._running)
         if max(free.values()) <= 0:
             return
-        rows = self.db.conn().execute(
-            "SELECT * FROM jobs WHERE status = 'queued' ORDER BY updated_at, created_at LIMIT ?",
-            (sum(max(n, 0) for n in free.values()) + len(busy) + 16,)).fetchall()
+        rows = [row for pool, room in free.items() if room > 0 for row in self._queued(pool, room + len(busy))]
+        rows.sort(key=lambda row: (row["updated_at"], row["created_at"]))
         for row in rows:
             pool = _interactive(row["kind"])
             if free[pool] <= 0 or row["id"] in busy:
@@ -243,6 +243,15 @@ class Scheduler:
                                       message=reason)
                 continue
             free[pool] -= 1
+
+    def _queued(self, interactive: bool, limit: int) -> list[Any]:
+        """The oldest queued jobs of one pool (interactive kinds, or the rest), at most `limit`."""
+        names = interactive_kinds()
+        marks = ", ".join("?" * len(names)) or "''"
+        where = f"kind IN ({marks})" if interactive else f"kind NOT IN ({marks})"
+        return self.db.conn().execute(
+            f"SELECT * FROM jobs WHERE status = 'queued' AND {where} ORDER BY updated_at, created_at LIMIT ?",
+            (*names, limit)).fetchall()
 
     def _worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
