@@ -54,15 +54,26 @@ python="${SYNTH_VENV:-.venv}/bin/python"  # where bootstrap.sh set it up
 # machine, then linked from the cache). It is built in the background while the first tests run: the tests that
 # need it are scheduled after a few minutes of others and wait for the exit status the build writes to
 # SYNTH_REFERENCE_BUILD_STATUS (tests/reference_support.py). SYNTH_SKIP_REFERENCE=1 skips it; those tests then skip.
+# tinker-cookbook's client venv (bench/cookbook_env.py: the SDK, the cookbook and torch, about 5 minutes the first
+# time) is built after it in the same background job, for tests/test_tinker_cookbook.py, which runs last and waits
+# for SYNTH_COOKBOOK_BUILD_STATUS. SYNTH_SKIP_COOKBOOK=1 skips it; that test then skips.
+background_dir="$(mktemp -d "${TMPDIR:-/tmp}/synth-ai-clients.XXXXXX")"
 if [ "${SYNTH_SKIP_REFERENCE:-0}" != "1" ]; then
-  reference_dir="$(mktemp -d "${TMPDIR:-/tmp}/synth-ai-reference.XXXXXX")"
-  phase "set-up 3/3: the synth-ai 0.2.17 reference venv, in the background (log: $reference_dir/log)"
-  export SYNTH_REFERENCE_BUILD_STATUS="$reference_dir/status"
-  (
-    code=0
-    "$python" bench/reference_env.py >/dev/null 2>"$reference_dir/log" || code=$?
-    echo "$code" >"$reference_dir/status.tmp" && mv "$reference_dir/status.tmp" "$SYNTH_REFERENCE_BUILD_STATUS"
-  ) &
+  export SYNTH_REFERENCE_BUILD_STATUS="$background_dir/reference-status"
 fi
+if [ "${SYNTH_SKIP_COOKBOOK:-0}" != "1" ]; then
+  export SYNTH_COOKBOOK_BUILD_STATUS="$background_dir/cookbook-status"
+fi
+phase "set-up 3/3: the synth-ai 0.2.17 reference venv and the tinker-cookbook venv, in the background (logs: $background_dir)"
+(
+  settle() {  # build with `$2`, then write its exit status to the file named `$1` (atomically)
+    local status="$1" code=0
+    shift
+    "$@" >/dev/null 2>"$status.log" || code=$?
+    echo "$code" >"$status.tmp" && mv "$status.tmp" "$status"
+  }
+  if [ -n "${SYNTH_REFERENCE_BUILD_STATUS:-}" ]; then settle "$SYNTH_REFERENCE_BUILD_STATUS" "$python" bench/reference_env.py; fi
+  if [ -n "${SYNTH_COOKBOOK_BUILD_STATUS:-}" ]; then settle "$SYNTH_COOKBOOK_BUILD_STATUS" "$python" bench/cookbook_env.py; fi
+) &
 phase "running pytest ${pytest_args[*]} $*"
 exec "$python" -m pytest "${pytest_args[@]}" "$@"

@@ -25,18 +25,23 @@ BUILD_WAIT_S = 1800.0  # the build's own pip timeouts end it well before this
 
 def require_reference() -> None:
     """Wait for test.sh's background build, if one runs; skip the test when the venv is not there."""
-    status = os.environ.get(BUILD_STATUS_ENV)
+    wait_for_build(BUILD_STATUS_ENV, REF_CLI, "the synth-ai 0.2.17 reference venv", "python bench/reference_env.py")
+
+
+def wait_for_build(status_env: str, ready: Path, what: str, build_command: str) -> None:
+    """Wait for the background build whose exit status test.sh writes to the file named in `status_env`; skip
+    when `ready` (what the build makes) is still missing after it."""
+    status = os.environ.get(status_env)
     if status:
         status_file = Path(status)
+        log = Path(f"{status}.log")
         deadline = time.monotonic() + BUILD_WAIT_S
         while not status_file.exists() and time.monotonic() < deadline:
             time.sleep(1.0)
         if not status_file.exists():
-            pytest.fail(f"the reference venv's build did not end within {BUILD_WAIT_S:.0f} s "
-                        f"(its log: {status_file.with_name('log')})")
+            pytest.fail(f"{what}'s build did not end within {BUILD_WAIT_S:.0f} s (its log: {log})")
         code = status_file.read_text().strip()
-        if code != "0" and not REF_CLI.exists():
-            pytest.skip(f"the synth-ai 0.2.17 reference venv could not be built (exit {code}; its log: "
-                        f"{status_file.with_name('log')})")
-    if not REF_CLI.exists():
-        pytest.skip("the synth-ai 0.2.17 reference venv is not built (python bench/reference_env.py)")
+        if code != "0" and not ready.exists():
+            pytest.skip(f"{what} could not be built (exit {code}; its log: {log})")
+    if not ready.exists():
+        pytest.skip(f"{what} is not built ({build_command})")

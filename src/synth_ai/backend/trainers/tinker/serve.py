@@ -32,7 +32,9 @@ from synth_ai.errors import SynthError
 
 log = logging.getLogger("synth_ai.backend.tinker")
 
-SESSION_TIMEOUT_S = float(os.environ.get("SYNTH_AI_TINKER_SESSION_TIMEOUT_S", "120"))
+# the SDK sends a heartbeat every 10 s while its process lives: anything much shorter would end live sessions
+HEARTBEAT_S = 10.0
+SESSION_TIMEOUT_S = max(float(os.environ.get("SYNTH_AI_TINKER_SESSION_TIMEOUT_S", "120")), 2.5 * HEARTBEAT_S)
 IDLE_POLL_S = 0.02
 
 
