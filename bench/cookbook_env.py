@@ -12,7 +12,6 @@ supervised and RL loops from it against a real backend. torch is pinned to the l
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,13 +56,7 @@ def ensure_cookbook_venv(*, rebuild: bool = False) -> Path:
     entry = setup_cache.entry_path(ENTRY_NAME, definition())
     with setup_cache.locked(entry):
         setup_cache.ensure_entry(ENTRY_NAME, definition(), _build, rebuild=rebuild)
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    if VENV_DIR.is_dir() and not VENV_DIR.is_symlink():
-        shutil.rmtree(VENV_DIR)
-    staging = VENV_DIR.with_name(f".{VENV_DIR.name}.link")
-    staging.unlink(missing_ok=True)
-    staging.symlink_to(entry, target_is_directory=True)
-    os.replace(staging, VENV_DIR)
+    setup_cache.link_entry(VENV_DIR, entry)
     return VENV_DIR / "bin" / "python"
 
 

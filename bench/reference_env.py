@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -184,17 +183,6 @@ def _build(venv: Path) -> dict:
     return info
 
 
-def _link(entry: Path) -> None:
-    """Point VENV_DIR at `entry` (replacing the link at once; a real folder left by an older layout goes)."""
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    if VENV_DIR.is_dir() and not VENV_DIR.is_symlink():
-        shutil.rmtree(VENV_DIR)
-    staging = VENV_DIR.with_name(f".{VENV_DIR.name}.link")
-    staging.unlink(missing_ok=True)
-    staging.symlink_to(entry, target_is_directory=True)
-    os.replace(staging, VENV_DIR)
-
-
 def imports_cleanly() -> bool:
     """The reference package imports in its venv (a venv can be complete on paper and broken on disk)."""
     result = subprocess.run([str(venv_python()), "-c", "import synth_ai"], env=_clean_env(), capture_output=True,
@@ -211,7 +199,7 @@ def ensure_reference_venv(*, rebuild: bool = False) -> Path:
         return venv_python()
     with setup_cache.locked(entry):  # another process may be building it: this waits, then reuses its entry
         setup_cache.ensure_entry(ENTRY_NAME, definition(), _build, rebuild=rebuild)
-    _link(entry)
+    setup_cache.link_entry(VENV_DIR, entry)
     return venv_python()
 
 

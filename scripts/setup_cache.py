@@ -155,3 +155,15 @@ def run_quietly(cmd: list[str], log_file: Path, *, env: dict[str, str] | None = 
     if code != 0:
         tail = "".join(log_file.read_text(errors="replace").splitlines(keepends=True)[-25:])
         raise RuntimeError(f"exit code {code}: {' '.join(cmd)}\n{tail}(whole log: {log_file})")
+
+
+def link_entry(link: Path, entry: Path) -> None:
+    """Point `link` (a clone's `bench/.cache/<name>`) at the cache's `entry`, replacing it at once; a real folder
+    there (an older layout) goes."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    staging = link.with_name(f".{link.name}.link")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(entry, target_is_directory=True)
+    os.replace(staging, link)
