@@ -101,7 +101,8 @@ def session_heartbeat(request: Request, payload: dict[str, Any]) -> dict[str, An
 
 @router.post("/sessions/{session_id}/finish")
 def finish_session(request: Request, session_id: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The SDK's `ServiceClient.close()`: the session's training clients save nothing more and their jobs end."""
+    """The SDK's `ServiceClient.close()`: the session's training clients stop, each saving its adapter as its job's
+    model, and their jobs end."""
     backend = get_backend(request)
     if queue_of(backend).session(session_id) is None:
         raise ApiError(404, "not_found", f"Session '{session_id}' is not known to this backend.")

@@ -86,7 +86,7 @@ class _ClientServer:
         next_seq, checked = 1, 0.0
         while True:
             if should_stop():
-                return "the job was cancelled"
+                return "the job was stopped (cancelled, or the backend shut down)"
             if time.monotonic() - checked > 1.0:
                 checked = time.monotonic()
                 silent = self.queue.session_silent_for(self.settings.session_id)
