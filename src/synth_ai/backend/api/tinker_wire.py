@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from synth_ai.env.extras import install_commands
 from synth_ai.errors import InvalidInputError
 
 _NUMPY_DTYPES = {1: "<f4", 2: "<i8", 3: "<i4"}  # DTYPE_FLOAT32, DTYPE_INT64, DTYPE_INT32
@@ -23,8 +24,8 @@ def proto() -> Any:
     except ImportError as exc:
         raise InvalidInputError("This backend cannot read the Tinker SDK's protobuf bodies: the `tinker` package "
                                 "is not installed where the backend runs.",
-                                hint="pip install 'synth-ai[tinker]' in the backend's environment, then restart "
-                                     "`synth-ai backend serve`.") from exc
+                                hint="Install the tinker extra where the backend runs, then restart it:\n"
+                                     + install_commands("tinker", "synth-ai backend serve")) from exc
     return tinker_public_pb2
 
 

@@ -66,7 +66,7 @@ class ClientModel:
 
     def _logprobs(self, tokens: list[int], targets: list[Any]) -> Any:
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        hidden = self.decoder(input_ids=ids).last_hidden_state[0]
+        hidden = self.decoder(input_ids=ids, use_cache=False).last_hidden_state[0]  # no KV cache to train
         wanted = torch.tensor([int(t) for t in targets], dtype=torch.long, device=self.device)
         return lm_head_scores(self.lm_head, hidden, wanted).logprobs
 
