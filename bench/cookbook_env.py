@@ -11,13 +11,13 @@ supervised and RL loops from it against a real backend. torch is pinned to the l
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import setup_cache  # noqa: E402 - scripts/setup_cache.py, found through the line above
+from reference_env import _clean_env  # noqa: E402 - bench/ is this script's folder: pip's clean environment
 
 REQUIREMENTS = ("tinker==0.38.0", "tinker-cookbook==0.5.8", "torch==2.13.0")
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
@@ -25,13 +25,6 @@ VENV_DIR = CACHE_DIR / "cookbook-venv"
 ENTRY_NAME = "cookbook-venv"
 FORMAT = 1  # bump when _build changes what the venv holds
 CHECK = "import tinker, tinker_cookbook.supervised.train, tinker_cookbook.rl.train"
-
-
-def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV", "PIP_USER")}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
 
 
 def definition() -> dict:
