@@ -10,18 +10,14 @@ again with a `seq_id` already stored (the SDK retries a submit after a timeout) 
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from synth_ai.backend.store.db import Database, dumps, loads, utcnow
+from synth_ai.backend.store.job_records import new_id
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
 @dataclass(frozen=True)
