@@ -66,6 +66,68 @@ sc.close("success").result()
 print("SEEN " + json.dumps(seen))
 """
 
+# Every RL loss through the wire, a client-side custom loss, and sampling: concurrent sample calls (batched
+# together in the worker) against the same calls one by one, and an old sampler after its client trained on.
+_LOSSES_AND_SAMPLING = r"""
+import json, sys, tinker, torch
+from tinker import types
+base_url, model = sys.argv[1], sys.argv[2]
+seen = {}
+sc = tinker.ServiceClient(base_url=base_url)
+tc = sc.create_lora_training_client(base_model=model, rank=4).result()
+ids = tc.get_tokenizer().encode("One two three four five six seven eight nine ten")
+n = len(ids) - 1
+current = tc.forward([types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                                  loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * n})],
+                     "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+seen["current"] = current
+sampled = [lp + (0.3 if i % 2 else -0.4) for i, lp in enumerate(current)]  # a sampler a little off
+advantages = [(-1.0) ** i * (1 + i % 3) for i in range(n)]
+seen["sampled"], seen["advantages"] = sampled, advantages
+rl = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                 loss_fn_inputs={"target_tokens": ids[1:], "logprobs": sampled, "advantages": advantages})
+seen["losses"] = {name: tc.forward([rl], name, config).result().metrics["loss:sum"] for name, config in
+                  (("importance_sampling", None), ("ppo", None), ("cispo", None), ("dro", {"beta": 0.5}),
+                   ("gspo", {"clip_low_threshold": 0.5, "clip_high_threshold": 2.0}))}
+# a custom loss computed here, -sum(lp * A), steps exactly as cross_entropy with weights A on a twin client
+def custom(data, logprobs):
+    loss = sum(-(lp * torch.tensor(d.loss_fn_inputs["advantages"].tolist())).sum() for d, lp in zip(data, logprobs))
+    return loss, {"custom/adv:sum": float(loss)}
+out = tc.forward_backward_custom([rl], custom).result()
+seen["custom_metrics"] = out.metrics
+tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+twin = sc.create_lora_training_client(base_model=model, rank=4).result()
+twin.forward_backward([types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                                   loss_fn_inputs={"target_tokens": ids[1:], "weights": advantages})],
+                      "cross_entropy").result()
+twin.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+probe = [types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                     loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * n})]
+seen["after_custom"] = tc.forward(probe, "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+seen["after_twin"] = twin.forward(probe, "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+# sampling: four calls in flight at once, then the same calls one at a time
+sampler = tc.save_weights_and_get_sampling_client()
+prompt = types.ModelInput.from_ints(ids[:4])
+def params(seed):
+    return types.SamplingParams(max_tokens=5 + seed, seed=seed, temperature=0.9 if seed else 1.0)
+together = [sampler.sample(prompt, num_samples=2, sampling_params=params(s)) for s in range(4)]
+seen["together"] = [[(q.tokens, q.logprobs) for q in f.result().sequences] for f in together]
+seen["alone"] = [[(q.tokens, q.logprobs) for q in sampler.sample(prompt, num_samples=2, sampling_params=params(s))
+                  .result().sequences] for s in range(4)]
+# the client trains on; its earlier sampler still samples the weights it saved
+for _ in range(2):
+    tc.forward_backward(probe, "cross_entropy").result()
+    tc.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+seen["old_again"] = [(q.tokens, q.logprobs) for q in sampler.sample(prompt, num_samples=2,
+                                                                    sampling_params=params(0)).result().sequences]
+newer = tc.save_weights_and_get_sampling_client()
+sequence = types.ModelInput.from_ints(ids[:4] + seen["alone"][0][0][0])
+seen["old_scores"] = sampler.compute_logprobs(sequence).result()[4:]
+seen["new_scores"] = newer.compute_logprobs(sequence).result()[4:]
+sc.close("success").result()
+print("SEEN " + json.dumps(seen))
+"""
+
 # Each refusal the SDK raises, by name and message.
 _BAD = r"""
 import json, sys, tinker
@@ -83,7 +145,8 @@ attempt("unknown_model", lambda: sc.create_lora_training_client(base_model="nobo
 tc = sc.create_lora_training_client(base_model=model, rank=2).result()
 good = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
                    loss_fn_inputs={"target_tokens": [2, 3, 4], "logprobs": [0.0] * 3, "advantages": [1.0] * 3})
-attempt("unsupported_loss", lambda: tc.forward_backward([good], "dro").result())
+attempt("unsupported_loss", lambda: tc.forward_backward([good], "stable_reinforce").result())
+attempt("unread_config", lambda: tc.forward_backward([good], "ppo", {"beta": 0.1}).result())
 short = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
                     loss_fn_inputs={"target_tokens": [2, 3, 4], "weights": [1.0]})
 attempt("mismatched_weights", lambda: tc.forward_backward([short], "cross_entropy").result())
@@ -91,6 +154,9 @@ attempt("missing_advantages", lambda: tc.forward_backward(
     [types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": [2, 3, 4]})],
     "importance_sampling").result())
 attempt("bad_path", lambda: sc.create_training_client_from_state("tinker://nobody/weights/x").result())
+sampler = tc.save_weights_and_get_sampling_client()
+attempt("bad_top_k", lambda: sampler.sample(types.ModelInput.from_ints([1, 2]), num_samples=1,
+                                            sampling_params=types.SamplingParams(max_tokens=2, top_k=0)).result())
 # the client goes on after refusals (their numbers used, nothing stored): an importance-sampling step works
 seen["is_loss"] = tc.forward_backward([good], "importance_sampling").result().metrics["loss:sum"]
 sc.close("success").result()
@@ -151,6 +217,43 @@ def test_a_training_client_trains_samples_saves_and_resumes(backend, tmp_path):
     assert [p["value"] for p in points["points"]][:3] == pytest.approx(losses)
 
 
+@pytest.mark.slow
+def test_losses_custom_losses_and_batched_sampling_through_the_sdk(backend, tmp_path):
+    import math
+
+    seen = _client(backend, _LOSSES_AND_SAMPLING, tmp_path)
+    lp, q, adv = seen["current"], seen["sampled"], seen["advantages"]
+    ratio = [math.exp(a - b) for a, b in zip(lp, q)]
+
+    def clipped(low, high):
+        return [min(max(r, low), high) for r in ratio]
+
+    expected = {
+        "importance_sampling": -sum(r * a for r, a in zip(ratio, adv)),
+        "ppo": -sum(min(r * a, c * a) for r, c, a in zip(ratio, clipped(0.8, 1.2), adv)),
+        "cispo": -sum(c * x * a for c, x, a in zip(clipped(0.0, 4.0), lp, adv)),
+        "dro": -sum(x * a - 0.25 * (x - y) ** 2 for x, y, a in zip(lp, q, adv)),
+    }
+    s = math.exp(sum(a - b for a, b in zip(lp, q)) / len(lp))  # every token is sampled-from here: all in the mask
+    expected["gspo"] = -sum(min(s * a, min(max(s, 0.5), 2.0) * a) for a in adv)
+    for name, value in expected.items():
+        assert seen["losses"][name] == pytest.approx(value, rel=1e-4, abs=1e-4), name
+    # the custom loss's value is the client's own; its gradient stepped the weights as its cross_entropy twin
+    assert seen["custom_metrics"]["loss:sum"] == pytest.approx(-sum(x * a for x, a in zip(lp, adv)), rel=1e-4)
+    assert seen["after_custom"] == pytest.approx(seen["after_twin"], abs=1e-5)
+    assert seen["after_custom"] != pytest.approx(lp, abs=1e-3)
+    # batched sampling gives every call what it gets alone (each row draws from its own seeded generator)
+    for together, alone in zip(seen["together"], seen["alone"]):
+        assert [t for t, _ in together] == [t for t, _ in alone]
+        for (_, a), (_, b) in zip(together, alone):
+            assert a == pytest.approx(b, abs=1e-4)
+    assert [len(t) for t, _ in seen["alone"][3]] == [8, 8]  # max_tokens = 5 + seed
+    # an old sampler samples the weights it saved, whatever its client trained since; a new one the new weights
+    assert [t for t, _ in seen["old_again"]] == [t for t, _ in seen["alone"][0]]
+    assert seen["old_scores"] == pytest.approx(seen["alone"][0][0][1], abs=1e-4)  # seed 0 sampled at temperature 1
+    assert seen["new_scores"] != pytest.approx(seen["old_scores"], abs=1e-3)
+
+
 def _finished_tinker_jobs(api: httpx.Client, count: int) -> list[dict] | None:
     jobs = [j for j in api.get("/learning/jobs", params={"limit": 100}).json()["data"]
             if j["id"].startswith("tinkerjob_")]
@@ -196,8 +299,10 @@ def _sft_logprobs(backend, tokens: list[int]) -> list[float]:
 def test_bad_input_comes_back_as_the_sdks_errors(backend, tmp_path):
     seen = _client(backend, _BAD, tmp_path)
     assert seen["unknown_model"].startswith("NotFoundError") and "nobody/no-such-model" in seen["unknown_model"]
-    assert "loss_fn 'dro' is not supported" in seen["unsupported_loss"]
-    assert "weights has 1 values but the model input has 3 tokens" in seen["mismatched_weights"]
+    assert "loss_fn 'stable_reinforce' is not supported" in seen["unsupported_loss"]
+    assert "loss_fn_config.beta is not read by loss_fn 'ppo'" in seen["unread_config"]
+    assert "weights has 1 rows but the model input has 3 tokens" in seen["mismatched_weights"]
+    assert "top_k must be -1 (no limit) or a whole number >= 1" in seen["bad_top_k"]
     assert "lacks logprobs, advantages" in seen["missing_advantages"]
     assert "NotFoundError" in seen["bad_path"] and "nobody" in seen["bad_path"]
     assert isinstance(seen["is_loss"], float)

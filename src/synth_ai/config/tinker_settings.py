@@ -5,6 +5,7 @@ wire contract agree on them here."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,14 +13,32 @@ from synth_ai.config.job_specs import JobSpec
 from synth_ai.errors import InvalidInputError
 
 MAX_LORA_RANK = 256
-# loss -> the loss_fn_inputs it needs besides target_tokens (all per target token)
-SUPPORTED_LOSSES: dict[str, tuple[str, ...]] = {
-    "cross_entropy": (),
-    "importance_sampling": ("logprobs", "advantages"),
-    "ppo": ("logprobs", "advantages"),
+_RL_INPUTS = ("logprobs", "advantages")
+_CLIPS = ("clip_low_threshold", "clip_high_threshold")
+# loss -> (the loss_fn_inputs it needs besides target_tokens, those it may take), all one value per target token
+SUPPORTED_LOSSES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "cross_entropy": ((), ("weights",)),
+    "importance_sampling": (_RL_INPUTS, ()),
+    "ppo": (_RL_INPUTS, _CLIPS),
+    "cispo": (_RL_INPUTS, _CLIPS),
+    "dro": (_RL_INPUTS, ()),
+    "gspo": (_RL_INPUTS, (*_CLIPS, "sequence_ratio_mask")),
 }
-_OPTIONAL_INPUTS = {"weights"}
+# loss -> its loss_fn_config keys and their defaults (the clip thresholds are bounds on the ratio, not epsilons)
+LOSS_CONFIG: dict[str, dict[str, float]] = {
+    "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
+    "dro": {"beta": 0.05},
+    "gspo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+}
+REFUSED_LOSSES = {
+    "stable_reinforce": "it needs stability information recorded by the sampler that the SDK does not define "
+                        "(record_stability_info); use gspo, cispo or ppo for off-policy updates",
+    "custom": "server-side custom losses are off (client/config custom_loss_server_side = false); "
+              "forward_backward_custom computes the loss in your process and works as it is",
+}
 CHECKPOINT_KINDS = ("weights", "sampler_weights")
+DEFAULT_MAX_TOKENS = 256  # a sample request without max_tokens
 
 
 @dataclass(frozen=True)
@@ -71,23 +90,46 @@ def read_settings(spec: JobSpec) -> TinkerSettings:
                           seed=int(lora.get("seed") or 0), job_id=spec.job_id)
 
 
+def check_loss(loss_fn: str, config: dict[str, Any]) -> None:
+    """A loss this backend computes, with only the config keys it reads (numbers)."""
+    if loss_fn not in SUPPORTED_LOSSES:
+        why = REFUSED_LOSSES.get(loss_fn)
+        raise InvalidInputError(f"loss_fn '{loss_fn}' is not supported by this backend" + (f": {why}." if why else "."),
+                                hint=f"Use one of: {', '.join(SUPPORTED_LOSSES)}.")
+    known = LOSS_CONFIG.get(loss_fn, {})
+    for key, value in config.items():
+        if key not in known:
+            takes = f"takes {', '.join(known)}" if known else "takes no loss_fn_config"
+            raise InvalidInputError(f"loss_fn_config.{key} is not read by loss_fn '{loss_fn}' (it {takes}).")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidInputError(f"loss_fn_config.{key} must be a number (found {value!r}).")
+
+
 def check_datum(datum: dict[str, Any], loss_fn: str, where: str) -> None:
-    """Every loss input has one value per model-input token (the SDK's targets are the next tokens)."""
+    """Every loss input has one row per model-input token (the SDK's targets are the next tokens); cross_entropy
+    may give several targets per token (target_tokens and weights [tokens, K]: distillation's top-K)."""
     tokens = len(datum["tokens"])
     if tokens == 0:
         raise InvalidInputError(f"{where}.model_input has no tokens.")
     inputs = datum["inputs"]
-    needed = ("target_tokens", *SUPPORTED_LOSSES[loss_fn])
+    required, optional = SUPPORTED_LOSSES[loss_fn]
+    needed = ("target_tokens", *required)
     missing = [name for name in needed if name not in inputs]
     if missing:
         raise InvalidInputError(f"{where}.loss_fn_inputs lacks {', '.join(missing)} (loss_fn '{loss_fn}' needs "
                                 f"{', '.join(needed)}).")
+    target_shape = inputs["target_tokens"]["shape"]
     for name, tensor in inputs.items():
-        if name not in needed and name not in _OPTIONAL_INPUTS:
+        if name not in needed and name not in optional:
             continue  # an input this loss does not read
-        if len(tensor["values"]) != tokens:
-            raise InvalidInputError(f"{where}.loss_fn_inputs.{name} has {len(tensor['values'])} values but the "
-                                    f"model input has {tokens} tokens; give one per token.")
+        shape = tensor["shape"]
+        if shape[0] != tokens:
+            raise InvalidInputError(f"{where}.loss_fn_inputs.{name} has {shape[0]} rows but the model input has "
+                                    f"{tokens} tokens; give one per token.")
+        wide = loss_fn == "cross_entropy" and name in ("target_tokens", "weights")
+        if (len(shape) > 1 and not wide) or (wide and shape != target_shape) or len(shape) > 2:
+            raise InvalidInputError(f"{where}.loss_fn_inputs.{name} has shape {shape}; it must be [{tokens}]" +
+                                    (f" or target_tokens' shape {target_shape}." if wide else "."))
 
 
 def parse_tinker_path(path: Any) -> tuple[str, str, str]:
@@ -100,3 +142,31 @@ def parse_tinker_path(path: Any) -> tuple[str, str, str]:
                                      "tinker://<model id>/sampler_weights/<name>, as save_state and "
                                      "save_weights_for_sampler return them.")
     return parts[0], parts[1], parts[2]
+
+
+def check_sampling_params(params: Any) -> dict[str, Any]:
+    """An `asample` body's sampling_params, checked as the SDK's SamplingParams allows them."""
+    params = params if isinstance(params, dict) else {}
+    max_tokens = params.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise InvalidInputError(f"sampling_params.max_tokens must be a whole number >= 1 (found {max_tokens!r}).")
+    for name, low, high in (("temperature", 0.0, None), ("top_p", 0.0, 1.0)):
+        value = params.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or \
+                (high is not None and value > high) or (name == "top_p" and value == 0):
+            span = f"in (0, {high}]" if name == "top_p" else f">= {low}"
+            raise InvalidInputError(f"sampling_params.{name} must be a number {span} (found {value!r}).")
+    top_k = params.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k == 0 or top_k < -1):
+        raise InvalidInputError(f"sampling_params.top_k must be -1 (no limit) or a whole number >= 1 "
+                                f"(found {top_k!r}).")
+    stop = params.get("stop")
+    items = [stop] if isinstance(stop, str) else stop
+    if stop is not None and not (isinstance(items, list) and (
+            all(isinstance(s, int) and not isinstance(s, bool) for s in items)
+            or all(isinstance(s, str) and s for s in items))):
+        raise InvalidInputError("sampling_params.stop must be a string, or a list of token ids or of non-empty "
+                                f"strings, not a mix (found {stop!r}).")
+    return params

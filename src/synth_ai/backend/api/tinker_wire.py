@@ -101,7 +101,8 @@ def forward_backward_output(result: dict[str, Any]) -> bytes:
         arrays = [np.asarray(datum[name], dtype="<f4") for datum in outputs]
         offsets = np.cumsum([0] + [a.nbytes for a in arrays]).astype("<i8")
         record.fields[name].CopyFrom(pb.BatchedTensor(data=b"".join(a.tobytes() for a in arrays),
-                                                      offsets=offsets.tobytes(), dtype=pb.DTYPE_FLOAT32))
+                                                      offsets=offsets.tobytes(), dtype=pb.DTYPE_FLOAT32,
+                                                      trailing_shape=list(arrays[0].shape[1:])))
     for key, value in (result.get("metrics") or {}).items():
         out.metrics[key] = float(value)
     return out.SerializeToString()

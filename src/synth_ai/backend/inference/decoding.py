@@ -3,8 +3,8 @@
 `RunningBatch(loaded)` holds one model's rows in flight. `admit(rows, prompts)` prefills the new rows (left-padded,
 one forward with a fresh KV cache; rows with the same prompt share one prefilled row), samples their first token,
 and merges their cache into the running one; `step()` feeds every live row its pending token (one forward) and
-samples its next one. Both return the rows that ended (end-of-turn, their own `max_tokens`, or a stop string in
-their text), which leave the batch at once.
+samples its next one. Both return the rows that ended (end-of-turn or the row's own end tokens, its `max_tokens`, or
+a stop string in its text), which leave the batch at once.
 
 Forwards go through `lean_forward` where the model allows (Qwen3 text decoders: the same numbers without
 `transformers`' per-call overhead), else through the model itself.
@@ -39,6 +39,7 @@ class LiveRow:
     stops: list[str]
     think_open: bool = False  # inside a <think> block (for the budget)
     think_count: int = 0  # tokens since that block opened
+    end_ids: Any = None  # the token ids that end this row (a set); None: the model's end-of-turn tokens
 
 
 class RunningBatch:
@@ -181,7 +182,8 @@ class RunningBatch:
 
     def _ended(self, live: LiveRow) -> bool:
         row, loaded = live.row, self.loaded
-        if row.tokens[-1] in loaded.eos_ids or len(row.tokens) >= row.max_tokens:
+        ends = loaded.eos_ids if live.end_ids is None else live.end_ids
+        if row.tokens[-1] in ends or len(row.tokens) >= row.max_tokens:
             return True
         if live.stops:  # stop strings end the row early; the reply is cut at the stop afterwards
             text = loaded.tokenizer.decode(row.tokens, skip_special_tokens=True)

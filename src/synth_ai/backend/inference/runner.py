@@ -55,7 +55,7 @@ class BatchRunner:
             job.sampled = generation.rows_for(0, job.params)
             job.rows_left = len(job.sampled)
             for row in job.sampled:
-                lives.append(LiveRow(row=row, owner=job, uniforms=_uniforms(row).tolist(), stops=job.params["stop"]))
+                lives.append(LiveRow(row=row, owner=job, uniforms=row_uniforms(row).tolist(), stops=job.params["stop"]))
                 prompts.append(job.encoded.prompt_ids)
         if not lives:
             return batch, finished
@@ -99,7 +99,7 @@ class BatchRunner:
         return done
 
 
-def _uniforms(row: generation.Row) -> Any:
+def row_uniforms(row: generation.Row) -> Any:
     """The row's draws, one per step, from its own generator (the same whatever batch the row decodes in)."""
     import torch
 

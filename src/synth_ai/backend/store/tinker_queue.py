@@ -123,14 +123,21 @@ class TinkerQueue:
         return Request.of(row) if row is not None else None
 
     def next_for(self, model_id: str, next_seq: int) -> Request | None:
-        """The model's next request to run: its lowest pending `seq_id` from `next_seq` on, else the oldest pending
-        sample. Numbers can be missing: a call refused at submit (a 400) used its number without storing a request.
-        Nothing is taken out of order by this: the SDK submits a client's request n+1 only once request n's submit
-        has been answered (chunks of one forward_backward too: client/config turns their parallel sending off)."""
+        """The model's next training call to run: its lowest pending `seq_id` from `next_seq` on. Numbers can be
+        missing: a call refused at submit (a 400) used its number without storing a request. Nothing is taken out
+        of order by this: the SDK submits a client's request n+1 only once request n's submit has been answered
+        (chunks of one forward_backward too: client/config turns their parallel sending off)."""
         row = self.db.conn().execute(
-            "SELECT * FROM tinker_requests WHERE model_id = ? AND status = ? AND (seq_id >= ? OR seq_id IS NULL) "
-            "ORDER BY seq_id IS NULL, seq_id, created_at LIMIT 1", (model_id, PENDING, next_seq)).fetchone()
+            "SELECT * FROM tinker_requests WHERE model_id = ? AND status = ? AND seq_id >= ? ORDER BY seq_id LIMIT 1",
+            (model_id, PENDING, next_seq)).fetchone()
         return Request.of(row) if row is not None else None
+
+    def pending_samples(self, model_id: str) -> list[Request]:
+        """The model's sample calls not answered yet (they carry no `seq_id`), oldest first."""
+        rows = self.db.conn().execute(
+            "SELECT * FROM tinker_requests WHERE model_id = ? AND status = ? AND seq_id IS NULL ORDER BY created_at",
+            (model_id, PENDING)).fetchall()
+        return [Request.of(row) for row in rows]
 
     def finish(self, request_id: str, result: Any) -> None:
         with self.db.tx() as conn:

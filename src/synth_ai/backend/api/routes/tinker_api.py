@@ -26,8 +26,8 @@ from synth_ai.backend.jobs.kinds import TINKER_KIND, job_kind
 from synth_ai.backend.store import job_records as J
 from synth_ai.backend.store.tinker_queue import TinkerQueue
 from synth_ai.config.tinker_settings import (
-    SUPPORTED_LOSSES,
     check_datum,
+    check_loss,
     lora_settings,
     parse_tinker_path,
 )
@@ -237,11 +237,12 @@ async def forward_backward(request: Request) -> dict[str, Any]:
         raise ApiError(400, "invalid_request", "zstd-compressed bodies are not accepted (client/config says so).")
     try:
         message = tinker_wire.read_forward_backward(raw)
-        if message["loss_fn"] not in SUPPORTED_LOSSES:
-            raise InvalidInputError(f"loss_fn '{message['loss_fn']}' is not supported by this backend.",
-                                    hint=f"Use one of: {', '.join(SUPPORTED_LOSSES)}.")
+        check_loss(message["loss_fn"], message["loss_fn_config"])
         for index, datum in enumerate(message["data"]):
             check_datum(datum, message["loss_fn"], f"data[{index}]")
+        if len({tuple(d["inputs"]["target_tokens"]["shape"][1:]) for d in message["data"]}) > 1:
+            raise InvalidInputError("The datums' target_tokens have different numbers of columns (K); one "
+                                    "forward_backward takes one K for all its datums.")
     except InvalidInputError as exc:
         raise _bad(exc) from None
     _model(backend, message["model_id"])

@@ -20,7 +20,7 @@ from synth_ai.backend.api.routes.tinker_api import _bad, _body, _model, queue_of
 from synth_ai.backend.api.state import get_backend
 from synth_ai.backend.http_errors import ApiError
 from synth_ai.backend.store.tinker_queue import DONE, FAILED
-from synth_ai.config.tinker_settings import parse_tinker_path
+from synth_ai.config.tinker_settings import check_sampling_params, parse_tinker_path
 from synth_ai.errors import InvalidInputError
 
 router = APIRouter(tags=["tinker"])
@@ -84,7 +84,11 @@ def asample(request: Request, payload: dict[str, Any]) -> dict[str, Any]:
         tokens.extend(int(t) for t in chunk.get("tokens") or [])
     if not tokens:
         raise ApiError(400, "invalid_request", "The prompt has no tokens.")
-    work = {"tokens": tokens, "num_samples": num_samples, "params": body.get("sampling_params") or {},
+    try:
+        params = check_sampling_params(body.get("sampling_params"))
+    except InvalidInputError as exc:
+        raise _bad(exc) from None
+    work = {"tokens": tokens, "num_samples": num_samples, "params": params,
             "prompt_logprobs": bool(body.get("prompt_logprobs")), "weights": sampler["weights"]}
     request_id = queue.submit(sampler["model_id"], None, "sample", work)
     return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}:{i}" for i in range(num_samples)]}

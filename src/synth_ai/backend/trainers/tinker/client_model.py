@@ -2,13 +2,9 @@
 operations the SDK asks for (forward, forward_backward with a loss, optim_step, saving and loading state, and
 snapshots of the adapter for sampling).
 
-Losses, per datum, over its target tokens t with log-probs lp(t) under the current weights (the SDK's definitions,
-summed over tokens and datums; gradients accumulate across forward_backward calls until optim_step):
-- cross_entropy: sum(-lp * weights) (weights default to 1);
-- importance_sampling: sum(-exp(lp - sampling_lp) * advantages);
-- ppo: sum(-min(r * A, clip(r, clip_low_threshold, clip_high_threshold) * A)), r = exp(lp - sampling_lp),
-  thresholds from loss_fn_config (default 0.8 and 1.2).
-The log-probs go through `ml.token_logprobs` (no [tokens, vocabulary] logits tensor), as SFT's and RL's do.
+The losses are `losses.token_losses` (summed over tokens and datums; gradients accumulate across forward_backward
+calls until optim_step). The log-probs go through `ml.token_logprobs` (no [tokens, vocabulary] logits tensor), as
+SFT's and RL's do.
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ import torch
 
 from synth_ai.backend.ml import loading
 from synth_ai.backend.ml.token_logprobs import lm_head_scores
+from synth_ai.backend.trainers.tinker.losses import token_losses
 from synth_ai.backend.trainers.runtime import choose_runtime, load_trainable_policy, with_lora
 from synth_ai.config.tinker_settings import TinkerSettings
 from synth_ai.errors import InvalidInputError
@@ -52,8 +49,9 @@ class ClientModel:
         self.model.train(backward)
         for datum in request["data"]:
             with torch.set_grad_enabled(backward):
-                logprobs = self._logprobs(datum["tokens"], datum["inputs"]["target_tokens"]["values"])
-                per_token = _token_losses(loss_fn, logprobs, datum["inputs"], config, self.device)
+                targets = datum["inputs"]["target_tokens"]
+                logprobs = self._logprobs(datum["tokens"], targets["values"], targets["shape"])
+                per_token = token_losses(loss_fn, logprobs, datum["inputs"], config)
                 loss = per_token.sum()
                 if backward:
                     loss.backward()
@@ -64,11 +62,25 @@ class ClientModel:
             self.pending_loss += total
         return {"outputs": outputs, "metrics": {"loss:sum": total}}
 
-    def _logprobs(self, tokens: list[int], targets: list[Any]) -> Any:
+    def prompt_logprobs(self, tokens: list[int]) -> list[float | None]:
+        """log p(tokens[i] | tokens[:i]) as a `forward` of the same tokens scores them; None for the first."""
+        if len(tokens) < 2:
+            return [None] * len(tokens)
+        self.model.train(False)
+        with torch.no_grad():
+            scored = self._logprobs(tokens[:-1], tokens[1:])
+        return [None, *scored.float().cpu().tolist()]
+
+    def _logprobs(self, tokens: list[int], targets: list[Any], shape: list[int] | None = None) -> Any:
+        """Log-probs of `targets` ([tokens], or [tokens, K]: K targets scored at each position)."""
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         hidden = self.decoder(input_ids=ids, use_cache=False).last_hidden_state[0]  # no KV cache to train
         wanted = torch.tensor([int(t) for t in targets], dtype=torch.long, device=self.device)
-        return lm_head_scores(self.lm_head, hidden, wanted).logprobs
+        columns = shape[1] if shape and len(shape) == 2 else 0
+        if columns:  # each position's hidden state once per target column
+            hidden = hidden.unsqueeze(1).expand(-1, columns, -1).reshape(-1, hidden.shape[-1])
+        scores = lm_head_scores(self.lm_head, hidden, wanted).logprobs
+        return scores.view(-1, columns) if columns else scores
 
     def optim_step(self, adam: dict[str, Any] | None) -> dict[str, Any]:
         adam = adam or {}
@@ -86,9 +98,10 @@ class ClientModel:
         return {"metrics": {"grad_norm:mean": float(norm), "learning_rate:mean": lr}, "loss": loss}
 
     # State ------------------------------------------------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        """The adapter's weights now (CPU copies): what a sampler saved at this point samples with."""
-        return {name: p.detach().to("cpu", copy=True) for name, p in self.trainable.items()}
+    def snapshot(self, *, cpu: bool = True) -> dict[str, Any]:
+        """The adapter's weights now (copies, on the CPU or where they live): what a sampler saved at this point
+        samples with."""
+        return {name: p.detach().to("cpu" if cpu else p.device, copy=True) for name, p in self.trainable.items()}
 
     def load_snapshot(self, weights: dict[str, Any]) -> None:
         missing = sorted(set(self.trainable) - set(weights))
@@ -133,20 +146,3 @@ class ClientModel:
         AutoTokenizer.from_pretrained(str(self.tokenizer_path)).save_pretrained(str(folder))
         torch.save(self.snapshot(), folder / TRAINABLE_FILE)
 
-
-def _token_losses(loss_fn: str, logprobs: Any, inputs: dict[str, Any], config: dict[str, Any], device: Any) -> Any:
-    def column(name: str, default: float | None = None) -> Any:
-        if name not in inputs:
-            return torch.full_like(logprobs, default)
-        return torch.tensor(inputs[name]["values"], dtype=torch.float32, device=device)
-
-    if loss_fn == "cross_entropy":
-        return -logprobs * column("weights", 1.0)
-    ratio = torch.exp(logprobs - column("logprobs"))
-    advantages = column("advantages")
-    if loss_fn == "importance_sampling":
-        return -ratio * advantages
-    if loss_fn == "ppo":
-        low, high = float(config.get("clip_low_threshold", 0.8)), float(config.get("clip_high_threshold", 1.2))
-        return -torch.minimum(ratio * advantages, ratio.clamp(low, high) * advantages)
-    raise InvalidInputError(f"loss_fn '{loss_fn}' is not supported by this backend.")

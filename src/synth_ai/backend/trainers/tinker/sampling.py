@@ -1,100 +1,159 @@
-"""Sampling for a Tinker sampling client, in its training client's worker: the prompt's `num_samples` rows decoded
-together with a KV cache, each stopping at its own stop token or string (or `max_tokens`), with the log-prob of
-every sampled token, and optionally the prompt's log-probs (`compute_logprobs`).
+"""Sampling for a Tinker training client's sampling clients, in its worker, with the built-in engine RL samples
+with: the continuous batching of `inference.batching.Batcher` over `inference.decoding.RunningBatch`. Sample
+requests that arrive together decode together (the cookbook's RL loop sends each of a group's samples as its own
+call), each row with its own seed, temperature, top-k / top-p, `max_tokens` and stops, and a request is answered as
+soon as its rows end.
 
-Stops follow the SDK's `SamplingParams.stop`: absent, the model's end-of-sequence tokens; a list of token ids or of
-strings (a sequence stops when its decoded text ends with one); an empty list, no stop but `max_tokens`. The stop
-token (or the tokens that complete a stop string) stays in the returned tokens, as the SDK's renderers expect.
-Log-probs are those of the distribution sampled from (logits / temperature, then top-k and top-p).
+Weights: a request samples from the sampler weights it names. Rows of one batch share one set of weights (each
+name has its own `LoadedModel`, and the batcher never mixes two), and before every forward the runner has the
+client's model hold that batch's weights (`adapter_slots.AdapterSlots`), under the lock the worker's training calls
+take too: a sampler sees exactly the weights it saved, whatever the client trains meanwhile.
+
+Stops follow the SDK's `SamplingParams.stop`: absent, the model's end-of-sequence tokens; token ids; strings (the
+row ends once its text holds one; a string that is exactly one special token, like "<|im_end|>", is that token's
+id); an empty list, only `max_tokens`. The stop token (or the tokens completing a stop string) stays in the returned
+tokens, as the SDK's renderers expect. Log-probs are those of the temperature-scaled distribution before top-k /
+top-p, as RL's sampler records them (what training computes at temperature 1). `prompt_logprobs`
+(`compute_logprobs`) come from the training forward's own scoring (`ClientModel.prompt_logprobs`), so they equal a
+`forward` of the same tokens.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from synth_ai.backend.inference import generation
+from synth_ai.backend.inference.batching import Batcher, Job
+from synth_ai.backend.inference.decoding import LiveRow, RunningBatch
+from synth_ai.backend.inference.engine import LoadedModel
+from synth_ai.backend.inference.runner import row_uniforms
+from synth_ai.config.tinker_settings import DEFAULT_MAX_TOKENS
 from synth_ai.errors import InvalidInputError
 
-DEFAULT_MAX_TOKENS = 256
+
+@dataclass(eq=False)
+class SampleJob(Job):
+    """One `asample` request: its prompt ids, stops, and whether it asks for the prompt's log-probs."""
+
+    tokens: list[int] = field(default_factory=list)
+    end_ids: frozenset[int] = frozenset()
+    stop_texts: list[str] = field(default_factory=list)
+    wants_prompt_logprobs: bool = False
+    prompt_logprobs: list[float | None] | None = None
+
+    def batchable(self) -> bool:  # prompt log-probs need the whole prompt's forward: such a request runs alone
+        return not self.wants_prompt_logprobs
 
 
-def sample(model: Any, tokenizer: Any, eos_ids: list[int], request: dict[str, Any], device: Any) -> dict[str, Any]:
-    params = request.get("params") or {}
-    prompt = request["tokens"]
-    rows = int(request["num_samples"])
-    max_tokens = int(params.get("max_tokens") or DEFAULT_MAX_TOKENS)
-    temperature = float(params.get("temperature", 1.0))
-    top_k, top_p = int(params.get("top_k", -1)), float(params.get("top_p", 1.0))
-    stop_ids, stop_texts = _stops(params.get("stop"), eos_ids)
-    generator = torch.Generator(device="cpu")
-    generator.manual_seed(int(params["seed"]) if params.get("seed") is not None else torch.seed())
-    model.eval()
-    with torch.no_grad():
-        ids = torch.tensor([prompt] * rows, dtype=torch.long, device=device)
-        out = model(input_ids=ids, use_cache=True)
-        prompt_logprobs = _prompt_logprobs(out.logits[0], prompt) if request.get("prompt_logprobs") else None
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
-        tokens: list[list[int]] = [[] for _ in range(rows)]
-        logprobs: list[list[float]] = [[] for _ in range(rows)]
-        done = [False] * rows
-        reasons = ["length"] * rows
-        for _ in range(max_tokens):
-            dist = _distribution(logits.float(), temperature, top_k, top_p)
-            picked = torch.multinomial(dist.exp().cpu(), 1, generator=generator).squeeze(1)
-            for row in range(rows):
-                if done[row]:
-                    continue
-                token = int(picked[row])
-                tokens[row].append(token)
-                logprobs[row].append(float(dist[row, token]))
-                if token in stop_ids or (stop_texts and _ends_with(tokenizer, tokens[row], stop_texts)):
-                    done[row], reasons[row] = True, "stop"
-            if all(done):
-                break
-            out = model(input_ids=picked.view(rows, 1).to(device), past_key_values=cache, use_cache=True)
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
-    sequences = [{"tokens": tokens[r], "logprobs": logprobs[r], "stop_reason": reasons[r]} for r in range(rows)]
-    return {"sequences": sequences, "prompt_logprobs": prompt_logprobs}
+class TinkerSampler:
+    """`sample(request)` blocks until the request's rows are sampled (call it from a thread of its own)."""
+
+    def __init__(self, loaded: LoadedModel, lock: threading.Lock, hold: Callable[[str], None],
+                 prompt_logprobs: Callable[[list[int]], list[float | None]]) -> None:
+        self.base = loaded
+        self._by_weights: dict[str, LoadedModel] = {}
+        self.batcher = Batcher(_Runner(lock, hold, prompt_logprobs))
+
+    def sample(self, request: dict[str, Any]) -> dict[str, Any]:
+        params = request.get("params") or {}
+        tokens = [int(t) for t in request["tokens"]]
+        limit = generation.context_length(self.base.model)
+        max_tokens = int(params.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        if limit is not None and len(tokens) >= limit:
+            raise InvalidInputError(f"The prompt is {len(tokens)} tokens; the model's context is {limit}.")
+        end_ids, stop_texts = self._stops(params.get("stop"))
+        row_params = {"n": int(request["num_samples"]), "seed": params.get("seed"), "max_tokens": max_tokens,
+                      "temperature": float(params.get("temperature", 1.0)), "top_p": float(params.get("top_p", 1.0)),
+                      "top_k": int(params.get("top_k", -1)), "thinking_mode": None, "thinking_budget": None}
+        job = SampleJob(loaded=self._loaded(request["weights"]), params=row_params, messages=[], images=[],
+                        record=False, tokens=tokens, end_ids=end_ids, stop_texts=stop_texts,
+                        wants_prompt_logprobs=bool(request.get("prompt_logprobs")))
+        sequences = self.batcher.submit(job)
+        return {"sequences": sequences, "prompt_logprobs": job.prompt_logprobs}
+
+    def _loaded(self, weights: str) -> LoadedModel:
+        # one LoadedModel per sampler weights: the batcher batches rows of the same one only
+        if weights not in self._by_weights:
+            self._by_weights[weights] = dataclasses.replace(self.base, model_id=weights)
+        return self._by_weights[weights]
+
+    def _stops(self, stop: Any) -> tuple[frozenset[int], list[str]]:
+        if stop is None:
+            return frozenset(self.base.eos_ids), []
+        items = [stop] if isinstance(stop, str) else list(stop)
+        ids = {s for s in items if isinstance(s, int)}
+        texts = []
+        added = self.base.tokenizer.get_added_vocab()  # special tokens never show in decoded text: stop on their ids
+        for text in (s for s in items if isinstance(s, str)):
+            if text in added:
+                ids.add(int(added[text]))
+            else:
+                texts.append(text)
+        return frozenset(ids), texts
 
 
-def _stops(stop: Any, eos_ids: list[int]) -> tuple[set[int], list[str]]:
-    if stop is None:
-        return set(eos_ids), []
-    items = [stop] if isinstance(stop, str) else stop
-    if not isinstance(items, list):
-        raise InvalidInputError(f"sampling_params.stop must be a string or a list (found {type(stop).__name__}).")
-    if all(isinstance(s, int) and not isinstance(s, bool) for s in items):
-        return set(items), []
-    if all(isinstance(s, str) and s for s in items):
-        return set(), items
-    raise InvalidInputError("sampling_params.stop must list token ids or non-empty strings, not a mix.")
+class _Runner:
+    """`batching.Runner` for token prompts: rows go into a `RunningBatch` as they are, and a finished request gets
+    its sequences (tokens, log-probs, stop reason) instead of a chat completion."""
+
+    def __init__(self, lock: threading.Lock, hold: Callable[[str], None],
+                 prompt_logprobs: Callable[[list[int]], list[float | None]]) -> None:
+        self.lock, self.hold, self.score = lock, hold, prompt_logprobs
+
+    def admit(self, batch: RunningBatch | None, jobs: list[Job]) -> tuple[RunningBatch, list[Job]]:
+        lives, prompts = [], []
+        for job in jobs:
+            assert isinstance(job, SampleJob)
+            job.sampled = generation.rows_for(0, job.params)
+            job.rows_left = len(job.sampled)
+            for row in job.sampled:
+                lives.append(LiveRow(row=row, owner=job, uniforms=row_uniforms(row).tolist(), stops=job.stop_texts,
+                                     end_ids=job.end_ids))
+                prompts.append(job.tokens)
+        if batch is None or not len(batch):
+            batch = RunningBatch(jobs[0].loaded)
+        with self.lock:
+            self.hold(batch.loaded.model_id)
+            ended = batch.admit(lives, prompts)
+        return batch, self._answer(ended)
+
+    def step(self, batch: RunningBatch) -> list[Job]:
+        with self.lock:
+            self.hold(batch.loaded.model_id)
+            ended = batch.step()
+        return self._answer(ended)
+
+    def abandon(self, batch: RunningBatch) -> list[Job]:
+        return list({id(live.owner): live.owner for live in batch.fail_all()}.values())
+
+    def run_alone(self, job: Job) -> None:
+        assert isinstance(job, SampleJob)
+        with self.lock:
+            self.hold(job.loaded.model_id)
+            job.prompt_logprobs = self.score(job.tokens)
+        batch, done = self.admit(None, [job])
+        while not done:
+            done = self.step(batch)
+
+    @staticmethod
+    def _answer(ended: list[LiveRow]) -> list[Job]:
+        done = []
+        for live in ended:
+            job = live.owner
+            job.rows_left -= 1
+            if job.rows_left == 0:
+                job.result = [_sequence(job, row) for row in job.sampled]
+                done.append(job)
+        return done
 
 
-def _ends_with(tokenizer: Any, tokens: list[int], texts: list[str]) -> bool:
-    tail = tokenizer.decode(tokens[-16:], skip_special_tokens=False)
-    return any(tail.endswith(text) for text in texts)
-
-
-def _distribution(logits: Any, temperature: float, top_k: int, top_p: float) -> Any:
-    """Log-probs of the distribution sampled from; temperature 0 is greedy (all mass on the best token)."""
-    if temperature <= 0:
-        best = logits.argmax(-1, keepdim=True)
-        return torch.full_like(logits, float("-inf")).scatter(-1, best, 0.0)
-    scores = logits / temperature
-    if 0 < top_k < scores.shape[-1]:
-        kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p < 1.0:
-        ordered, order = torch.sort(scores, descending=True, dim=-1)
-        mass = torch.softmax(ordered, -1).cumsum(-1)
-        drop = (mass - torch.softmax(ordered, -1)) >= top_p  # keep the smallest prefix whose mass reaches top_p
-        scores = scores.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
-    return torch.log_softmax(scores, -1)
-
-
-def _prompt_logprobs(logits: Any, prompt: list[int]) -> list[float | None]:
-    """log p(prompt[i] | prompt[:i]) at temperature 1; None for the first token, which has no context."""
-    logp = torch.log_softmax(logits[:-1].float(), -1)
-    targets = torch.tensor(prompt[1:], dtype=torch.long, device=logits.device)
-    return [None, *logp.gather(-1, targets.unsqueeze(1)).squeeze(1).cpu().tolist()]
+def _sequence(job: SampleJob, row: generation.Row) -> dict[str, Any]:
+    stopped = bool(row.tokens) and row.tokens[-1] in job.end_ids
+    if not stopped and job.stop_texts:
+        text = job.loaded.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        stopped = any(stop in text for stop in job.stop_texts)
+    return {"tokens": list(row.tokens), "logprobs": list(row.logprobs), "stop_reason": "stop" if stopped else "length"}

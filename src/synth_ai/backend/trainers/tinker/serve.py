@@ -1,9 +1,12 @@
 """The `tinker` job's run: one Tinker training client served until its session ends.
 
 The worker loads the client's model (`client_model`), answers the `create_model` future, then takes the client's
-requests from the queue (`store.tinker_queue`) in `seq_id` order, samples whenever they come, and stores each
-result or error for `retrieve_future`. A request that fails is answered with its error and the client goes on
-(the SDK's clients are not poisoned by one failed call).
+requests from the queue (`store.tinker_queue`): its training calls one after another in `seq_id` order, and its
+sample calls as they come, each in a thread of its own that hands it to the sampler (`sampling.TinkerSampler`,
+continuous batching), so concurrent samples decode together. Training calls and sampling forwards take turns on
+the one model under a lock, each with its own adapter weights in place (`adapter_slots`). Every result or error is
+stored for `retrieve_future`. A request that fails is answered with its error and the client goes on (the SDK's
+clients are not poisoned by one failed call).
 
 It ends when the session is closed (`ServiceClient.close()`), when no heartbeat has come for
 `SESSION_TIMEOUT_S` (the SDK sends one every 10 s while its process lives), or when the job is cancelled. Then the
@@ -18,13 +21,18 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store.db import Database
 from synth_ai.backend.store.tinker_queue import Request, TinkerQueue
+from synth_ai.backend.trainers.tinker.adapter_slots import AdapterSlots
+from synth_ai.backend.trainers.tinker.client_model import TRAINABLE_FILE, ClientModel
+from synth_ai.backend.trainers.tinker.sampling import TinkerSampler
 from synth_ai.backend.trainers.job_context import JobReporter, ModelLocator, StopCheck
 from synth_ai.config.tinker_settings import read_settings
 from synth_ai.config.job_specs import JobSpec
@@ -36,12 +44,11 @@ log = logging.getLogger("synth_ai.backend.tinker")
 HEARTBEAT_S = 10.0
 SESSION_TIMEOUT_S = max(float(os.environ.get("SYNTH_AI_TINKER_SESSION_TIMEOUT_S", "120")), 2.5 * HEARTBEAT_S)
 IDLE_POLL_S = 0.02
+SAMPLE_THREADS = 64  # sample calls waiting in the sampler at once (its queue holds more: none is refused)
 
 
 def run(spec: JobSpec, *, workdir: Path, model_store: ModelLocator, reporter: JobReporter,
         should_stop: StopCheck) -> dict[str, Any]:
-    from synth_ai.backend.trainers.tinker.client_model import ClientModel
-
     settings = read_settings(spec)
     backend = BackendSettings.load()
     queue = TinkerQueue(Database(backend.db_path))
@@ -64,8 +71,10 @@ def run(spec: JobSpec, *, workdir: Path, model_store: ModelLocator, reporter: Jo
     why = server.serve(should_stop)
     final = Path(workdir) / "final"
     fine_tuned = f"ft:{settings.base_model}:{spec.job_id}"
-    client.save_final(final, fine_tuned, {"steps": client.steps, "source": "tinker",
-                                          "tinker_model_id": settings.model_id})
+    with server.lock:
+        server.slots.hold(None)
+        client.save_final(final, fine_tuned, {"steps": client.steps, "source": "tinker",
+                                              "tinker_model_id": settings.model_id})
     model_store.register_fine_tuned(fine_tuned, settings.base_model, spec.job_id, final)
     queue.fail_pending(settings.model_id, f"The training client stopped ({why}).")
     reporter.event("tinker.client.stopped", f"Tinker training client {settings.model_id} stopped: {why}.",
@@ -79,10 +88,19 @@ class _ClientServer:
         self.client, self.queue, self.settings, self.reporter = client, queue, settings, reporter
         self.root = Path(workdir) / "tinker"
         self.backend = backend
-        self.samplers: dict[str, dict[str, Any]] = {}  # sampler weights name -> adapter snapshot
-        self.tokenizer: Any = None
+        self.lock = threading.Lock()  # the model: one training call or one sampling forward at a time
+        self.slots = AdapterSlots(client, self._sampler_file, self.root / "in_memory_samplers")
+        self.sampler = TinkerSampler(_loaded(client), self.lock, self.slots.hold, client.prompt_logprobs)
+        self.sampling: set[str] = set()  # ids of the sample requests handed to the sampler, not yet answered
+        self.pool = ThreadPoolExecutor(SAMPLE_THREADS, thread_name_prefix="tinker-sample")
 
     def serve(self, should_stop: StopCheck) -> str:
+        try:
+            return self._serve(should_stop)
+        finally:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _serve(self, should_stop: StopCheck) -> str:
         next_seq, checked = 1, 0.0
         while True:
             if should_stop():
@@ -94,6 +112,7 @@ class _ClientServer:
                     return "its session was closed"
                 if silent > SESSION_TIMEOUT_S:
                     return f"no heartbeat from its session for {int(silent)} s"
+            self._start_samples()
             request = self.queue.next_for(self.settings.model_id, next_seq)
             if request is None:
                 time.sleep(IDLE_POLL_S)
@@ -102,9 +121,20 @@ class _ClientServer:
             if request.seq_id is not None:
                 next_seq = request.seq_id + 1
 
+    def _start_samples(self) -> None:
+        for request in self.queue.pending_samples(self.settings.model_id):
+            if request.id not in self.sampling:
+                self.sampling.add(request.id)
+                self.pool.submit(self._answer, request)
+
     def _answer(self, request: Request) -> None:
         try:
-            result = self._run(request)
+            if request.op == "sample":
+                result = self.sampler.sample(request.body)
+            else:
+                with self.lock:
+                    self.slots.hold(None)  # training calls see the training weights
+                    result = self._run(request)
         except SynthError as exc:
             self.queue.fail(request.id, exc.message + (f" {exc.hint}" if exc.hint else ""), "user")
         except Exception as exc:  # the client's future gets the reason; the job goes on
@@ -112,6 +142,8 @@ class _ClientServer:
             self.queue.fail(request.id, f"{type(exc).__name__}: {exc}", "server")
         else:
             self.queue.finish(request.id, result)
+        finally:
+            self.sampling.discard(request.id)
 
     def _run(self, request: Request) -> Any:
         body, op, client = request.body, request.op, self.client
@@ -130,8 +162,6 @@ class _ClientServer:
             return {"path": body["path"], "type": "load_weights"}
         if op == "save_weights_for_sampler":
             return self._save_for_sampler(body)
-        if op == "sample":
-            return self._sample(body)
         raise ValueError(f"unknown Tinker operation {op!r}")
 
     def _save_for_sampler(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -139,44 +169,19 @@ class _ClientServer:
         if name is None:  # save_weights_and_get_sampling_client: weights kept in memory for its sampler
             sampler_id = f"{body['session_id']}:sample:{int(body['sampling_session_seq_id'])}"
             name = f"ephemeral-{int(body['sampling_session_seq_id'])}"
-            self.samplers[name] = self.client.snapshot()
+            self.slots.add(name, self.client.snapshot())
             self.queue.add_sampler(sampler_id, self.settings.model_id, name)
             return {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
         folder = self._folder("sampler_weights", name)
         self.client.save_adapter(folder)
-        self.samplers[name] = self.client.snapshot()
+        self.slots.add(name, self.client.snapshot())
         self.reporter.event("tinker.sampler_weights.saved", f"Sampler weights '{name}' saved.",
                             {"path": self._path("sampler_weights", name), "steps": self.client.steps})
         return {"path": self._path("sampler_weights", name), "type": "save_weights_for_sampler"}
 
-    def _sample(self, body: dict[str, Any]) -> dict[str, Any]:
-        import torch
-
-        from synth_ai.backend.trainers.tinker.sampling import sample
-
-        weights = self.samplers.get(body["weights"])
-        if weights is None:  # sampler weights saved by an earlier run of this client
-            folder = self._folder("sampler_weights", body["weights"], create=False)
-            weights = torch.load(folder / "trainable.pt", map_location="cpu")
-            self.samplers[body["weights"]] = weights
-        current = self.client.snapshot()
-        self.client.load_snapshot(weights)
-        try:
-            return sample(self.client.model, self._tokenizer(), self._eos_ids(), body, self.client.device)
-        finally:
-            self.client.load_snapshot(current)
-
-    def _tokenizer(self) -> Any:
-        if self.tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self.tokenizer = AutoTokenizer.from_pretrained(str(self.client.tokenizer_path))
-        return self.tokenizer
-
-    def _eos_ids(self) -> list[int]:
-        eos = self.client.model.generation_config.eos_token_id
-        ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
-        return [int(i) for i in ids] or [int(self._tokenizer().eos_token_id)]
+    def _sampler_file(self, name: str) -> Path | None:
+        path = self.root / "sampler_weights" / name / TRAINABLE_FILE
+        return path if path.exists() else None
 
     def _path(self, kind: str, name: str, owner: str | None = None) -> str:
         return f"tinker://{owner or self.settings.model_id}/{kind}/{name}"
@@ -203,3 +208,14 @@ class _ClientServer:
             raise NotFoundError(f"No saved state '{self._path(kind, name, owner)}' on this backend.",
                                 hint="Use a path that save_state returned.")
         return folder
+
+
+def _loaded(client: ClientModel) -> Any:
+    """The client's model as the inference engine describes a servable one (end-of-turn ids, tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from synth_ai.backend.inference.engine import describe_model
+
+    tokenizer = AutoTokenizer.from_pretrained(str(client.tokenizer_path))
+    return describe_model(client.settings.model_id, Path(client.tokenizer_path), client.model, tokenizer,
+                          vision=False, device=str(client.device))
