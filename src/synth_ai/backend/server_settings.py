@@ -46,6 +46,9 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "max_interactive_jobs": ("SYNTH_AI_BACKEND_MAX_TINKER_CLIENTS",
                              "Tinker training clients served at once (one worker process and model copy each), "
                              "beside the jobs above; a client asked for beyond it is refused (docs/tinker.md)."),
+    "tinker_memory_mib": ("SYNTH_AI_BACKEND_TINKER_MEMORY_MIB",
+                          "Memory (MiB) Tinker training clients may use in all; a client that would go past it is "
+                          "refused. 0: what the GPU or machine has free when it is created (docs/tinker.md)."),
     "resume_on_restart": ("SYNTH_AI_BACKEND_RESUME",
                           "1: a restarted backend resumes interrupted jobs from their last checkpoint; 0: fails them."),
     "max_attempts": ("SYNTH_AI_BACKEND_MAX_ATTEMPTS", "How many times a job's worker may be started in all."),
@@ -100,6 +103,7 @@ class BackendSettings:
     sync_validate_bytes: int = DEFAULT_SYNC_VALIDATE_BYTES
     max_concurrent_jobs: int = 1
     max_interactive_jobs: int = 4
+    tinker_memory_mib: int = 0
     resume_on_restart: bool = True
     max_attempts: int = 3
     cancel_grace_s: int = 15
@@ -125,6 +129,7 @@ class BackendSettings:
             sync_validate_bytes=_env_int(ENV_VARS["sync_validate_bytes"][0], DEFAULT_SYNC_VALIDATE_BYTES),
             max_concurrent_jobs=_env_int(ENV_VARS["max_concurrent_jobs"][0], 1, minimum=1),
             max_interactive_jobs=_env_int(ENV_VARS["max_interactive_jobs"][0], 4, minimum=1),
+            tinker_memory_mib=_env_int(ENV_VARS["tinker_memory_mib"][0], 0),
             resume_on_restart=_env_bool(ENV_VARS["resume_on_restart"][0], True),
             max_attempts=_env_int(ENV_VARS["max_attempts"][0], 3, minimum=1),
             cancel_grace_s=_env_int(ENV_VARS["cancel_grace_s"][0], 15, minimum=0),

@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from synth_ai.backend.api import tinker_wire
+from synth_ai.backend.api import tinker_memory, tinker_wire
 from synth_ai.backend.api.state import Backend, get_backend
 from synth_ai.backend.http_errors import ApiError
 from synth_ai.backend.jobs.kinds import TINKER_KIND, job_kind
@@ -151,7 +151,7 @@ def _create_client(backend: Backend, session_id: str, model_seq_id: Any, base_mo
     kind = job_kind(TINKER_KIND)
     _require_room(backend, kind.name)
     job_payload = {"model_id": model_id, "session_id": session_id, "base_model": base_model, "lora": lora,
-                   "user_metadata": user_metadata or {}}
+                   "user_metadata": user_metadata or {}, "memory_bytes": _require_memory(backend, base_model, lora)}
     with backend.db.tx() as conn:
         job_id = backend.jobs.insert(conn, kind=kind.name, training_type=kind.training_type, model=base_model,
                                      payload=job_payload, files=[], prefix=kind.id_prefix)
@@ -177,6 +177,23 @@ def _require_room(backend: Backend, kind: str) -> None:
                        hint="Close a client's ServiceClient (close()) or cancel its job (`synth-ai jobs cancel`), "
                             "or restart the backend with a higher SYNTH_AI_BACKEND_MAX_TINKER_CLIENTS if memory "
                             "allows.")
+
+
+def _require_memory(backend: Backend, base_model: str, lora: dict[str, Any]) -> int | None:
+    """The new client's estimated memory (stored with its job), refused when it cannot fit (`tinker_memory`)."""
+    from synth_ai.backend.executors.placement import local_gpu_count
+
+    on_gpu = local_gpu_count() > 0
+    need = tinker_memory.client_bytes(Path(tokenizer_folder(backend, base_model)), lora["rank"], on_gpu=on_gpu)
+    rows = backend.db.conn().execute("SELECT status, payload FROM jobs WHERE kind = ? AND status IN ('created', "
+                                     "'queued', 'running')", (TINKER_KIND,)).fetchall()
+    try:
+        tinker_memory.refuse_if_it_cannot_fit(
+            need, tinker_memory.needs_of(rows), tinker_memory.needs_of([r for r in rows if r["status"] != "running"]),
+            budget_mib=backend.settings.tinker_memory_mib, on_gpu=on_gpu, base_model=base_model)
+    except InvalidInputError as exc:
+        raise ApiError(400, "insufficient_memory", exc.message, hint=exc.hint) from None
+    return need
 
 
 def _require_local_worker(backend: Backend, base_model: str) -> None:
