@@ -4,7 +4,8 @@ API process: no torch).
 Each client is a worker process with its own copy of the base model (`trainers/tinker`). Its need is estimated from
 the model's config.json: the decoder's weights in the load dtype (bf16 where a GPU trains, fp32 on a CPU), its LoRA
 adapter with AdamW's state (fp32 weights, gradients and two moments: 16 bytes a parameter), and a headroom for the
-worker process, activations and the sampler's KV cache (`HEADROOM_BYTES` plus a tenth of the weights).
+worker process, activations and the sampler's KV cache (`HEADROOM_BYTES` plus a tenth of the weights); with
+`SYNTH_AI_ROLLOUT_ENGINE=vllm`, its samplers' vLLM engine (another copy of the weights and a fixed KV cache).
 
 The room: with `SYNTH_AI_BACKEND_TINKER_MEMORY_MIB` set, that budget less the needs of every live client; without
 it, what the device has free now (a GPU's free memory from nvidia-smi; on a CPU the kernel's MemAvailable) less the
@@ -20,6 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.inference.vllm_options import fixed_kv_cache_bytes
 from synth_ai.errors import InvalidInputError
 
 MIB = 1024 ** 2
@@ -28,8 +30,9 @@ HEADROOM_BYTES = 512 * MIB
 ADAM_BYTES = 16  # per trained parameter: fp32 weight, gradient, two moments
 
 
-def client_bytes(model_folder: Path, lora_rank: int, *, on_gpu: bool) -> int | None:
-    """Estimated bytes one training client on this model holds; None when its config cannot be read."""
+def client_bytes(model_folder: Path, lora_rank: int, *, on_gpu: bool, vllm: bool = False) -> int | None:
+    """Estimated bytes one training client on this model holds (with `vllm`, its samplers' vLLM engine too: a
+    second copy of the weights and vLLM's KV cache); None when its config cannot be read."""
     try:
         config = json.loads((Path(model_folder) / "config.json").read_text())
     except (OSError, ValueError):
@@ -49,7 +52,8 @@ def client_bytes(model_folder: Path, lora_rank: int, *, on_gpu: bool) -> int | N
     weights += layers * (hidden * q + 2 * hidden * kv + q * hidden + 3 * hidden * inter)
     loaded = weights * (2 if on_gpu else 4)
     adapter = layers * lora_rank * lora_sides * ADAM_BYTES
-    return loaded + adapter + HEADROOM_BYTES + loaded // 10
+    engine = loaded + fixed_kv_cache_bytes(on_gpu) if vllm else 0
+    return loaded + adapter + HEADROOM_BYTES + loaded // 10 + engine
 
 
 def refuse_if_it_cannot_fit(need: int | None, live_needs: list[int], queued_needs: list[int], *,

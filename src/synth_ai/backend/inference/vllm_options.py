@@ -39,6 +39,12 @@ class VllmOptions:
     kv_cache_memory_bytes: int | None = None  # None: DEFAULT_CPU_KV_CACHE_BYTES on a CPU, the fraction on a GPU
 
 
+def fixed_kv_cache_bytes(on_gpu: bool) -> int:
+    """A KV cache of fixed size, for engines that share a GPU (a Tinker client's samplers each start one): vLLM's
+    default would give each engine a fraction of the whole GPU."""
+    return 1024 ** 3 if on_gpu else DEFAULT_CPU_KV_CACHE_BYTES
+
+
 def llm_kwargs(options: VllmOptions, model_path: str, *, seed: int, bf16: bool, cpu: bool = False) -> dict[str, Any]:
     """Arguments for `vllm.LLM`: the `[vllm]` settings plus what the trainer needs of the engine."""
     kwargs: dict[str, Any] = {

@@ -50,13 +50,13 @@ class SampleJob(Job):
 
 
 class TinkerSampler:
-    """`sample(request)` blocks until the request's rows are sampled (call it from a thread of its own)."""
+    """`sample(request)` blocks until the request's rows are sampled (call it from a thread of its own); the runner
+    is the engine's."""
 
-    def __init__(self, loaded: LoadedModel, lock: threading.Lock, hold: Callable[[str], None],
-                 prompt_logprobs: Callable[[list[int]], list[float | None]]) -> None:
+    def __init__(self, loaded: LoadedModel, runner: Any) -> None:
         self.base = loaded
         self._by_weights: dict[str, LoadedModel] = {}
-        self.batcher = Batcher(_Runner(lock, hold, prompt_logprobs))
+        self.batcher = Batcher(runner)  # BuiltinSampleRunner, or vllm_sampling.VllmSampleRunner
 
     def sample(self, request: dict[str, Any]) -> dict[str, Any]:
         params = request.get("params") or {}
@@ -96,8 +96,8 @@ class TinkerSampler:
         return frozenset(ids), texts
 
 
-class _Runner:
-    """`batching.Runner` for token prompts: rows go into a `RunningBatch` as they are, and a finished request gets
+class BuiltinSampleRunner:
+    """`batching.Runner` for token prompts on the built-in engine: rows go into a `RunningBatch` as they are, and a finished request gets
     its sequences (tokens, log-probs, stop reason) instead of a chat completion."""
 
     def __init__(self, lock: threading.Lock, hold: Callable[[str], None],

@@ -32,7 +32,8 @@ from synth_ai.backend.store.db import Database
 from synth_ai.backend.store.tinker_queue import Request, TinkerQueue
 from synth_ai.backend.trainers.tinker.adapter_slots import AdapterSlots
 from synth_ai.backend.trainers.tinker.client_model import TRAINABLE_FILE, ClientModel
-from synth_ai.backend.trainers.tinker.sampling import TinkerSampler
+from synth_ai.backend.trainers.rl.engine_choice import requested_engine
+from synth_ai.backend.trainers.tinker.sampling import BuiltinSampleRunner, TinkerSampler
 from synth_ai.backend.trainers.job_context import JobReporter, ModelLocator, StopCheck
 from synth_ai.config.tinker_settings import read_settings
 from synth_ai.config.job_specs import JobSpec
@@ -44,6 +45,7 @@ log = logging.getLogger("synth_ai.backend.tinker")
 HEARTBEAT_S = 10.0
 SESSION_TIMEOUT_S = max(float(os.environ.get("SYNTH_AI_TINKER_SESSION_TIMEOUT_S", "120")), 2.5 * HEARTBEAT_S)
 IDLE_POLL_S = 0.02
+IN_MEMORY = "in_memory_samplers"  # the work folder's copies of save_weights_and_get_sampling_client's weights
 SAMPLE_THREADS = 64  # sample calls waiting in the sampler at once (its queue holds more: none is refused)
 
 
@@ -89,10 +91,23 @@ class _ClientServer:
         self.root = Path(workdir) / "tinker"
         self.backend = backend
         self.lock = threading.Lock()  # the model: one training call or one sampling forward at a time
-        self.slots = AdapterSlots(client, self._sampler_file, self.root / "in_memory_samplers")
-        self.sampler = TinkerSampler(_loaded(client), self.lock, self.slots.hold, client.prompt_logprobs)
+        self.slots = AdapterSlots(client, self._sampler_file, self.root / IN_MEMORY)
+        self.vllm = requested_engine() == "vllm"  # RL's engine setting; the built-in engine otherwise
+        self.sampler = TinkerSampler(_loaded(client), self._sample_runner())
         self.sampling: set[str] = set()  # ids of the sample requests handed to the sampler, not yet answered
         self.pool = ThreadPoolExecutor(SAMPLE_THREADS, thread_name_prefix="tinker-sample")
+
+    def _sample_runner(self) -> Any:
+        if not self.vllm:
+            return BuiltinSampleRunner(self.lock, self.slots.hold, self.client.prompt_logprobs)
+        from synth_ai.backend.trainers.tinker.vllm_sampling import VllmSampleRunner, start_llm
+
+        return VllmSampleRunner(lambda: start_llm(self.client), self._adapter_folder)
+
+    def _adapter_folder(self, name: str) -> Path:
+        """A sampler's PEFT adapter folder (what vLLM loads): its checkpoint, or the in-memory one's copy."""
+        named = self.root / "sampler_weights" / name
+        return named if named.is_dir() else self.root / IN_MEMORY / name
 
     def serve(self, should_stop: StopCheck) -> str:
         try:
@@ -170,6 +185,8 @@ class _ClientServer:
             sampler_id = f"{body['session_id']}:sample:{int(body['sampling_session_seq_id'])}"
             name = f"ephemeral-{int(body['sampling_session_seq_id'])}"
             self.slots.add(name, self.client.snapshot())
+            if self.vllm:  # vLLM takes adapters from folders only
+                self.client.save_adapter(self._folder(IN_MEMORY, name))
             self.queue.add_sampler(sampler_id, self.settings.model_id, name)
             return {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
         folder = self._folder("sampler_weights", name)
