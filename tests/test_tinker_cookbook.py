@@ -28,7 +28,21 @@ from tinker_cookbook.supervised.data import FromConversationFileBuilder
 from tinker_cookbook.supervised.types import ChatDatasetBuilderCommonConfig
 
 base_url, model, out, which = sys.argv[1:5]
+options = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
 renderer = "qwen3_disable_thinking"
+
+
+class Interrupted(Exception):
+    pass
+
+
+if options.get("interrupt"):  # the run dies before its final checkpoint, as a killed one does
+    from tinker_cookbook.checkpoint_utils import CheckpointManager
+
+    async def _die(self, loop_state):
+        raise Interrupted()
+
+    CheckpointManager.save_final_async = _die
 if which == "sl":
     rows = os.path.join(out, "chat.jsonl")
     with open(rows, "w") as f:
@@ -42,8 +56,12 @@ if which == "sl":
                                                          max_length=256, batch_size=2,
                                                          train_on_what=TrainOnWhat.ALL_ASSISTANT_MESSAGES),
             file_path=rows, test_size=2),
-        learning_rate=1e-3, lora_rank=8, max_steps=3, save_every=2, eval_every=2, base_url=base_url)
-    asyncio.run(sl_train.main(config))
+        learning_rate=1e-3, lora_rank=8, max_steps=options.get("max_steps", 3),
+        save_every=options.get("save_every", 2), eval_every=2, base_url=base_url)
+    try:
+        asyncio.run(sl_train.main(config))
+    except Interrupted:
+        print("INTERRUPTED before the final checkpoint")
 else:
     config = rl_train.Config(
         log_path=os.path.join(out, "rl"), model_name=model, recipe_name="rl", renderer_name=renderer,
@@ -62,7 +80,9 @@ def backend(tmp_path_factory):
                              env={"SYNTH_AI_TINKER_SESSION_TIMEOUT_S": "30"})  # > the SDK's 10 s heartbeat
 
 
-def _run(backend, tmp_path: Path, which: str) -> Path:
+def _run(backend, tmp_path: Path, which: str, **options) -> Path:
+    """Run the cookbook's `which` loop ("sl" or "rl"); its log folder. `options` (the supervised loop's): `max_steps`,
+    `save_every`, and `interrupt`, which makes the run stop before its final checkpoint."""
     wait_for_build("SYNTH_COOKBOOK_BUILD_STATUS", COOKBOOK_PYTHON, "the tinker-cookbook venv",
                    "python bench/cookbook_env.py")
     from synth_ai.backend.store.model_store import ModelStore
@@ -74,8 +94,10 @@ def _run(backend, tmp_path: Path, which: str) -> Path:
     env.update({"TINKER_API_KEY": f"tml-{backend.key}", "TINKER_TELEMETRY": "0", "HF_HUB_OFFLINE": "1",
                 "OMP_NUM_THREADS": "1"})
     done = subprocess.run([str(COOKBOOK_PYTHON), "-W", "ignore", str(script), backend.url, str(model),
-                           str(tmp_path), which], capture_output=True, text=True, env=env, timeout=600)
+                           str(tmp_path), which, json.dumps(options)], capture_output=True, text=True, env=env,
+                          timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert ("INTERRUPTED" in done.stdout) == bool(options.get("interrupt")), done.stdout[-3000:]
     return tmp_path / which
 
 
@@ -109,6 +131,26 @@ def test_the_cookbooks_rl_loop_trains_here(backend, tmp_path):
     assert all(abs(m["optim/kl_sample_train_v1"]) < 1e-3 for m in metrics)
     assert any(c.get("sampler_path", "").startswith("tinker://") for c in _checkpoints(log_path))
     _client_jobs_succeed(backend, 2)
+
+
+@pytest.mark.slow
+def test_the_cookbooks_supervised_loop_resumes_from_its_checkpoints(backend, tmp_path):
+    # a run stopped after step 1 (its checkpoints at step 1, no final one) ...
+    log_path = _run(backend, tmp_path, "sl", max_steps=2, save_every=1, interrupt=True)
+    first = _checkpoints(log_path)
+    assert [c["name"] for c in first] == ["000001"]
+    # ... then the same command with a higher max_steps, in the same log folder: it resumes there
+    assert _run(backend, tmp_path, "sl", max_steps=3, save_every=1) == log_path
+    log = (log_path / "logs.log").read_text()
+    assert f"Resumed training from {first[0]['state_path']}" in log
+    # its RestClient read the run's renderer back (user_metadata), rather than warning that it could not
+    assert f"Renderer metadata matches for checkpoint {first[0]['state_path']}: qwen3_disable_thinking" in log
+    steps = [m["step"] for m in _metrics(log_path) if "train_mean_nll" in m]
+    # the cookbook resumes at the batch its checkpoint names (it saves a step's state under that step's batch, so
+    # that batch runs again) and goes on to max_steps
+    assert steps == [0, 1, 1, 2]
+    last = _checkpoints(log_path)[-1]
+    assert last["name"] == "final" and last["state_path"] != first[0]["state_path"]
 
 
 def _client_jobs_succeed(backend, count: int) -> None:

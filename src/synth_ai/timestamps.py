@@ -6,4 +6,14 @@ from datetime import datetime, timezone
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_utc(datetime.now(timezone.utc))
+
+
+def iso_utc(moment: datetime) -> str:
+    """`moment` (timezone-aware) in the backend's form."""
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def file_time(mtime: float) -> str:
+    """A file's modification time (`stat().st_mtime`) in the backend's form."""
+    return iso_utc(datetime.fromtimestamp(mtime, timezone.utc))

@@ -93,6 +93,7 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
         rl,
         tinker_api,
         tinker_futures,
+        tinker_rest,
     )
 
     api_deps = [Depends(require_auth)]
@@ -101,7 +102,7 @@ def create_app(settings: BackendSettings | None = None) -> FastAPI:
         app.include_router(module.router, prefix="/api", dependencies=api_deps)
     dashboard.add_pages(app)
     tinker_deps = [Depends(tinker_api.require_tinker_key)]  # the Tinker SDK's own header (docs/tinker.md)
-    for module in (tinker_api, tinker_futures):
+    for module in (tinker_api, tinker_futures, tinker_rest):
         app.include_router(module.router, prefix="/api/v1", dependencies=tinker_deps, include_in_schema=False)
 
     @app.get("/api/health", dependencies=api_deps, include_in_schema=False)

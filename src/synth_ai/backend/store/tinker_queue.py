@@ -18,6 +18,12 @@ from synth_ai.backend.store.db import Database, dumps, loads, utcnow
 from synth_ai.backend.store.job_records import new_id
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
+_SAMPLE = ":sample:"
+
+
+def sampler_id_of(session_id: str, seq_id: int) -> str:
+    """The id of a session's `seq_id`-th sampling client, in the SDK's own form."""
+    return f"{session_id}{_SAMPLE}{int(seq_id)}"
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,12 @@ class TinkerQueue:
                                 (utcnow(), session_id))
         return done.rowcount == 1
 
+    def sessions(self, *, limit: int, offset: int) -> list[str]:
+        """Session ids, newest first."""
+        rows = self.db.conn().execute("SELECT id FROM tinker_sessions ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+                                      (limit, offset)).fetchall()
+        return [row["id"] for row in rows]
+
     def session_silent_for(self, session_id: str) -> float | None:
         """Seconds since the session's last heartbeat; None once it is finished (or unknown)."""
         row = self.session(session_id)
@@ -84,11 +96,23 @@ class TinkerQueue:
     def model(self, model_id: str) -> sqlite3.Row | None:
         return self.db.conn().execute("SELECT * FROM tinker_models WHERE id = ?", (model_id,)).fetchone()
 
-    def models(self, *, limit: int, offset: int) -> tuple[list[sqlite3.Row], int]:
+    def models(self, *, limit: int = -1, offset: int = 0) -> tuple[list[sqlite3.Row], int]:
+        """A page of the training models, newest first (limit -1: all of them), and how many there are."""
         conn = self.db.conn()
         rows = conn.execute("SELECT * FROM tinker_models ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
                             (limit, offset)).fetchall()
         return rows, int(conn.execute("SELECT COUNT(*) FROM tinker_models").fetchone()[0])
+
+    def session_models(self, session_id: str) -> list[str]:
+        rows = self.db.conn().execute("SELECT id FROM tinker_models WHERE session_id = ? ORDER BY created_at, id",
+                                      (session_id,)).fetchall()
+        return [row["id"] for row in rows]
+
+    def last_request_at(self, model_id: str) -> str | None:
+        """When the model's latest request came (a sample counts: it is a request to the model's worker)."""
+        row = self.db.conn().execute("SELECT MAX(created_at) FROM tinker_requests WHERE model_id = ?",
+                                     (model_id,)).fetchone()
+        return row[0]
 
     def add_sampler(self, sampler_id: str, model_id: str, weights: str | None) -> None:
         with self.db.tx() as conn:
@@ -97,6 +121,13 @@ class TinkerQueue:
 
     def sampler(self, sampler_id: str) -> sqlite3.Row | None:
         return self.db.conn().execute("SELECT * FROM tinker_samplers WHERE id = ?", (sampler_id,)).fetchone()
+
+    def session_samplers(self, session_id: str) -> list[str]:
+        """The samplers a session created (their ids start with the session's: `sampler_id_of`)."""
+        prefix = f"{session_id}{_SAMPLE}"
+        rows = self.db.conn().execute("SELECT id FROM tinker_samplers WHERE substr(id, 1, ?) = ? "
+                                      "ORDER BY created_at, id", (len(prefix), prefix)).fetchall()
+        return [row["id"] for row in rows]
 
     # Requests ---------------------------------------------------------------------------------------------------
     def submit(self, model_id: str, seq_id: int | None, op: str, body: dict[str, Any],

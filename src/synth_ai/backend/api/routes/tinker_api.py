@@ -24,6 +24,7 @@ from synth_ai.backend.api.state import Backend, get_backend
 from synth_ai.backend.http_errors import ApiError
 from synth_ai.backend.jobs.kinds import TINKER_KIND, job_kind
 from synth_ai.backend.store import job_records as J
+from synth_ai.backend.store import tinker_checkpoints
 from synth_ai.backend.store.tinker_queue import TinkerQueue
 from synth_ai.config.tinker_settings import (
     check_datum,
@@ -238,6 +239,25 @@ def _model(backend: Backend, model_id: Any) -> Any:
     return row
 
 
+def saved_checkpoint(backend: Backend, owner: str, kind: str,
+                     name: str) -> tuple[Any, tinker_checkpoints.SavedCheckpoint]:
+    """The training client that saved `tinker://<owner>/<kind>/<name>`, and the checkpoint as it is on disk: 404
+    when it was never saved (or was deleted), so a load or a sampler from it is refused here rather than by a
+    worker started for it."""
+    row = _model(backend, owner)
+    try:
+        found = tinker_checkpoints.find(tinker_checkpoints.checkpoints_root(backend.settings, row["job_id"]), kind,
+                                        name)
+    except InvalidInputError as exc:
+        raise _bad(exc) from None
+    if found is None:
+        raise ApiError(404, "not_found", f"No checkpoint 'tinker://{owner}/{kind}/{name}' on this backend: it was "
+                                         "never saved, or it was deleted.",
+                       hint=f"RestClient.list_checkpoints('{owner}') lists the checkpoints that training client "
+                            "saved; save_state and save_weights_for_sampler return their paths.")
+    return row, found
+
+
 @router.post("/get_info")
 def get_info(request: Request, payload: dict[str, Any]) -> dict[str, Any]:
     backend = get_backend(request)
@@ -300,9 +320,11 @@ def _save(request: Request, payload: dict[str, Any], op: str) -> dict[str, Any]:
     body = _body(payload)
     row = _model(backend, body.get("model_id"))
     name = body.get("path")
-    if name is not None and (not isinstance(name, str) or not name or "/" in name or name in {".", ".."}):
-        raise ApiError(400, "invalid_request", f"A checkpoint name must be a non-empty name without '/' "
-                                               f"(found {name!r}).")
+    if name is not None:
+        try:
+            tinker_checkpoints.check_name(name)
+        except InvalidInputError as exc:
+            raise _bad(exc) from None
     if name is None and body.get("sampling_session_seq_id") is None:
         raise ApiError(400, "invalid_request", "Name the checkpoint (path) or ask for a sampling client.")
     return _submit(backend, row["id"], body.get("seq_id"), op,
@@ -323,8 +345,8 @@ def load_weights(request: Request, payload: dict[str, Any]) -> dict[str, Any]:
     if kind != "weights":
         raise ApiError(400, "invalid_request", f"A saved state is a tinker://.../weights/<name> path; "
                                                f"'{body.get('path')}' is {kind}.")
+    saved_by, _ = saved_checkpoint(backend, owner, kind, name)
     load = {"owner": owner, "name": name, "optimizer": bool(body.get("optimizer")), "path": body.get("path")}
-    saved_by = _model(backend, owner)
     if body.get("model_id") is None:
         session_id = str(body.get("session_id") or "")
         if queue_of(backend).session(session_id) is None:

@@ -16,10 +16,10 @@ import anyio
 from fastapi import APIRouter, Request, Response
 
 from synth_ai.backend.api import tinker_wire
-from synth_ai.backend.api.routes.tinker_api import _bad, _body, _model, queue_of
+from synth_ai.backend.api.routes.tinker_api import _bad, _body, _model, queue_of, saved_checkpoint
 from synth_ai.backend.api.state import get_backend
 from synth_ai.backend.http_errors import ApiError
-from synth_ai.backend.store.tinker_queue import DONE, FAILED
+from synth_ai.backend.store.tinker_queue import DONE, FAILED, sampler_id_of
 from synth_ai.config.tinker_settings import check_sampling_params, parse_tinker_path
 from synth_ai.errors import InvalidInputError
 
@@ -46,10 +46,10 @@ def create_sampling_session(request: Request, payload: dict[str, Any]) -> dict[s
     if kind != "sampler_weights":
         raise ApiError(400, "invalid_request", f"A sampling client takes sampler weights "
                                                f"(tinker://.../sampler_weights/<name>); '{path}' is {kind}.")
-    _model(backend, owner)
-    sampler_id = f"{body.get('session_id')}:sample:{int(body.get('sampling_session_seq_id') or 0)}"
-    queue_of(backend).add_sampler(sampler_id, owner, name)
-    return {"sampling_session_id": sampler_id, "type": "create_sampling_session"}
+    saved_checkpoint(backend, owner, kind, name)
+    sampler = sampler_id_of(str(body.get("session_id")), int(body.get("sampling_session_seq_id") or 0))
+    queue_of(backend).add_sampler(sampler, owner, name)
+    return {"sampling_session_id": sampler, "type": "create_sampling_session"}
 
 
 @router.get("/samplers/{sampler_id}")
