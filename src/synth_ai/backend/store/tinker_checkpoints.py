@@ -2,15 +2,18 @@
 
 A client's `tinker` job writes them in its work folder (`trainers/tinker/serve.py`):
 `<job dir>/work/tinker/weights/<name>/` (`save_state`: the adapter and the Adam state) and
-`<job dir>/work/tinker/sampler_weights/<name>/` (`save_weights_for_sampler`: a PEFT adapter folder). The folder
-is made before its files are written, so a checkpoint counts only once every file its loader reads is there.
+`<job dir>/work/tinker/sampler_weights/<name>/` (`save_weights_for_sampler`: a PEFT adapter folder). The worker
+writes a checkpoint in `.partial/` and renames it into place whole (`write`), and a checkpoint counts only once
+every file its loader reads is there.
 Samplers kept in the worker's memory (`save_weights_and_get_sampling_client()` without a name) have no folder and
 are not checkpoints. Nothing here imports torch: the API process reads these folders.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +21,12 @@ from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.errors import InvalidInputError
 from synth_ai.timestamps import file_time
 
-# kind -> the files its loader reads (trainers/tinker/client_model.py: TRAINABLE_FILE, OPTIMIZER_FILE)
-_FILES: dict[str, tuple[str, ...]] = {"weights": ("trainable.pt", "optimizer.pt"),
-                                      "sampler_weights": ("trainable.pt",)}
+TRAINABLE_FILE = "trainable.pt"  # the adapter's tensors (trainers/tinker/client_model.py writes and reads them)
+OPTIMIZER_FILE = "optimizer.pt"  # the Adam state and step count
+# kind -> the files its loader reads
+_FILES: dict[str, tuple[str, ...]] = {"weights": (TRAINABLE_FILE, OPTIMIZER_FILE),
+                                      "sampler_weights": (TRAINABLE_FILE,)}
+PARTIAL = ".partial"  # checkpoints being written, beside the kinds' folders
 # kind (the tinker:// path's segment) -> the SDK's checkpoint_type
 CHECKPOINT_TYPES = {"weights": "training", "sampler_weights": "sampler"}
 
@@ -72,6 +78,21 @@ def saved(root: Path) -> list[SavedCheckpoint]:
         folders = (root / kind).iterdir() if (root / kind).is_dir() else ()
         found.extend(c for f in folders if f.is_dir() and (c := find(root, kind, f.name)) is not None)
     return sorted(found, key=lambda c: (c.time, c.checkpoint_id), reverse=True)
+
+
+def write(root: Path, kind: str, name: str, fill: Callable[[Path], None]) -> Path:
+    """Write checkpoint `<kind>/<name>` under `root` whole: `fill(folder)` writes its files in a scratch folder,
+    which then replaces any earlier checkpoint of that name, so no reader sees it half-written."""
+    scratch = root / PARTIAL / f"{kind}-{check_name(name)}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    fill(scratch)
+    final = root / kind / name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(scratch, final)
+    return final
 
 
 def delete(checkpoint: SavedCheckpoint) -> None:

@@ -16,13 +16,12 @@ import torch
 
 from synth_ai.backend.ml import loading
 from synth_ai.backend.ml.token_logprobs import lm_head_scores
+from synth_ai.backend.store.tinker_checkpoints import OPTIMIZER_FILE, TRAINABLE_FILE
 from synth_ai.backend.trainers.tinker.losses import token_losses
 from synth_ai.backend.trainers.runtime import choose_runtime, load_trainable_policy, with_lora
 from synth_ai.config.tinker_settings import TinkerSettings
 from synth_ai.errors import InvalidInputError
 
-TRAINABLE_FILE = "trainable.pt"
-OPTIMIZER_FILE = "optimizer.pt"
 
 
 class ClientModel:

@@ -29,15 +29,17 @@ from typing import Any
 
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store.db import Database
-from synth_ai.backend.store.tinker_queue import Request, TinkerQueue
+from synth_ai.backend.store import tinker_checkpoints as checkpoints
+from synth_ai.backend.store.tinker_checkpoints import TRAINABLE_FILE
+from synth_ai.backend.store.tinker_queue import Request, TinkerQueue, sampler_id_of
 from synth_ai.backend.trainers.tinker.adapter_slots import AdapterSlots
-from synth_ai.backend.trainers.tinker.client_model import TRAINABLE_FILE, ClientModel
+from synth_ai.backend.trainers.tinker.client_model import ClientModel
 from synth_ai.backend.trainers.rl.engine_choice import requested_engine
 from synth_ai.backend.trainers.tinker.sampling import BuiltinSampleRunner, TinkerSampler
 from synth_ai.backend.trainers.job_context import JobReporter, ModelLocator, StopCheck
 from synth_ai.config.tinker_settings import read_settings
 from synth_ai.config.job_specs import JobSpec
-from synth_ai.errors import SynthError
+from synth_ai.errors import NotFoundError, SynthError
 
 log = logging.getLogger("synth_ai.backend.tinker")
 
@@ -169,8 +171,7 @@ class _ClientServer:
             self.reporter.metric("tinker.loss", client.steps, result.pop("loss"))
             return result
         if op == "save_weights":
-            folder = self._folder("weights", body["name"])
-            client.save_state(folder)
+            checkpoints.write(self.root, "weights", body["name"], client.save_state)
             return {"path": self._path("weights", body["name"]), "type": "save_weights"}
         if op in ("load_weights", "create_from_state"):
             client.load_state(self._owner_folder(body["owner"], "weights", body["name"]), optimizer=body["optimizer"])
@@ -182,15 +183,14 @@ class _ClientServer:
     def _save_for_sampler(self, body: dict[str, Any]) -> dict[str, Any]:
         name = body.get("name")
         if name is None:  # save_weights_and_get_sampling_client: weights kept in memory for its sampler
-            sampler_id = f"{body['session_id']}:sample:{int(body['sampling_session_seq_id'])}"
+            sampler_id = sampler_id_of(body["session_id"], body["sampling_session_seq_id"])
             name = f"ephemeral-{int(body['sampling_session_seq_id'])}"
             self.slots.add(name, self.client.snapshot())
             if self.vllm:  # vLLM takes adapters from folders only
                 self.client.save_adapter(self._folder(IN_MEMORY, name))
             self.queue.add_sampler(sampler_id, self.settings.model_id, name)
             return {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
-        folder = self._folder("sampler_weights", name)
-        self.client.save_adapter(folder)
+        checkpoints.write(self.root, "sampler_weights", name, self.client.save_adapter)
         self.slots.add(name, self.client.snapshot())
         self.reporter.event("tinker.sampler_weights.saved", f"Sampler weights '{name}' saved.",
                             {"path": self._path("sampler_weights", name), "steps": self.client.steps})
@@ -203,28 +203,24 @@ class _ClientServer:
     def _path(self, kind: str, name: str, owner: str | None = None) -> str:
         return f"tinker://{owner or self.settings.model_id}/{kind}/{name}"
 
-    def _folder(self, kind: str, name: str, *, create: bool = True) -> Path:
+    def _folder(self, kind: str, name: str) -> Path:
         folder = self.root / kind / name
-        if create:
-            folder.mkdir(parents=True, exist_ok=True)
-        elif not folder.is_dir():
-            raise FileNotFoundError(f"no {kind} checkpoint named '{name}'")
+        folder.mkdir(parents=True, exist_ok=True)
         return folder
 
     def _owner_folder(self, owner: str, kind: str, name: str) -> Path:
-        from synth_ai.errors import NotFoundError
-
         if owner == self.settings.model_id:
-            folder = self.root / kind / name
+            root = self.root
         else:
             row = self.queue.model(owner)
             if row is None:
                 raise NotFoundError(f"Training client '{owner}' is not known to this backend.")
-            folder = self.backend.job_dir(row["job_id"]) / "work" / "tinker" / kind / name
-        if not folder.is_dir():
+            root = checkpoints.checkpoints_root(self.backend, row["job_id"])
+        found = checkpoints.find(root, kind, name)
+        if found is None:
             raise NotFoundError(f"No saved state '{self._path(kind, name, owner)}' on this backend.",
                                 hint="Use a path that save_state returned.")
-        return folder
+        return found.folder
 
 
 def _loaded(client: ClientModel) -> Any:
