@@ -1,6 +1,7 @@
 """tinker-cookbook 0.5.8's own training loops, unchanged, against `synth-ai backend serve`: its supervised loop on a
 small local chat file (its `FromConversationFileBuilder`) and its RL loop on its arithmetic environment
-(`ArithmeticDatasetBuilder`, no Hub), each a few steps on the tiny Qwen3, with only `base_url` and the model set.
+(`ArithmeticDatasetBuilder`, no Hub) and on a small environment written with its classes, whose reward rises, each a
+few steps on the tiny Qwen3, with only `base_url` and the model set.
 The cookbook runs from its own venv (bench/cookbook_env.py, built by test.sh in the background), as a user's
 script would; their training clients are then jobs of the backend, with registered models."""
 
@@ -43,6 +44,66 @@ if options.get("interrupt"):  # the run dies before its final checkpoint, as a k
         raise Interrupted()
 
     CheckpointManager.save_final_async = _die
+# the reward loop's environment, written with the cookbook's classes as its arithmetic_env.py is: to "Say
+# something, <name>." a reply earns 1 when it opens with the word "The" (about a third of the tiny model's replies
+# do at first, so every group of 8 mixes rewards and its advantages carry signal)
+import random, re
+from functools import partial
+import chz
+from tinker_cookbook import renderers
+from tinker_cookbook.rl.problem_env import ProblemEnv, ProblemGroupBuilder
+from tinker_cookbook.rl.types import RLDataset, RLDatasetBuilder
+from tinker_cookbook.tokenizer_utils import get_tokenizer
+
+NAMES = ["Ada", "Bob", "Cleo", "Dan", "Eve", "Finn", "Gus", "Hana", "Ivy", "Jon", "Kai", "Lea"]
+
+
+class OpensWithThe(ProblemEnv):
+    def __init__(self, name, renderer):
+        super().__init__(renderer, convo_prefix=None, format_coef=0.0)
+        self.name = name
+
+    def get_question(self):
+        return f"Say something, {self.name}."
+
+    def check_answer(self, sample_str):
+        match = re.match(r"\s*([A-Za-z]+)", sample_str)
+        return bool(match) and match.group(1) == "The"
+
+    def check_format(self, sample_str):
+        return True
+
+    def get_reference_answer(self):
+        return "The ..."
+
+
+class OpensWithTheDataset(RLDataset):
+    def __init__(self, groups, group_size, batches, renderer):
+        self.groups, self.group_size, self.batches, self.renderer = groups, group_size, batches, renderer
+
+    def get_batch(self, index):
+        rng = random.Random(index)
+        return [ProblemGroupBuilder(env_thunk=partial(OpensWithThe, rng.choice(NAMES), self.renderer),
+                                    num_envs=self.group_size, dataset_name="opens_with_the")
+                for _ in range(self.groups)]
+
+    def __len__(self):
+        return self.batches
+
+
+@chz.chz
+class OpensWithTheBuilder(RLDatasetBuilder):
+    groups: int
+    group_size: int
+    batches: int
+    model_name_for_tokenizer: str
+    renderer_name: str
+
+    async def __call__(self):
+        renderer = renderers.get_renderer(self.renderer_name, tokenizer=get_tokenizer(self.model_name_for_tokenizer))
+        return OpensWithTheDataset(self.groups, self.group_size, self.batches, renderer), None
+
+
 if which == "sl":
     rows = os.path.join(out, "chat.jsonl")
     with open(rows, "w") as f:
@@ -62,6 +123,14 @@ if which == "sl":
         asyncio.run(sl_train.main(config))
     except Interrupted:
         print("INTERRUPTED before the final checkpoint")
+elif which == "reward":
+    config = rl_train.Config(
+        log_path=os.path.join(out, "reward"), model_name=model, recipe_name="reward", renderer_name=renderer,
+        dataset_builder=OpensWithTheBuilder(groups=4, group_size=8, batches=8, model_name_for_tokenizer=model,
+                                            renderer_name=renderer),
+        learning_rate=1e-3, max_tokens=2, lora_rank=8, save_every=0, eval_every=0,
+        loss_fn="importance_sampling", base_url=base_url)
+    asyncio.run(rl_train.main(config))
 else:
     config = rl_train.Config(
         log_path=os.path.join(out, "rl"), model_name=model, recipe_name="rl", renderer_name=renderer,
@@ -81,7 +150,7 @@ def backend(tmp_path_factory):
 
 
 def _run(backend, tmp_path: Path, which: str, **options) -> Path:
-    """Run the cookbook's `which` loop ("sl" or "rl"); its log folder. `options` (the supervised loop's): `max_steps`,
+    """Run the cookbook's `which` loop ("sl", "rl", or "reward": RL on the script's own environment); its log folder. `options` (the supervised loop's): `max_steps`,
     `save_every`, and `interrupt`, which makes the run stop before its final checkpoint."""
     wait_for_build("SYNTH_COOKBOOK_BUILD_STATUS", COOKBOOK_PYTHON, "the tinker-cookbook venv",
                    "python bench/cookbook_env.py")
@@ -131,6 +200,17 @@ def test_the_cookbooks_rl_loop_trains_here(backend, tmp_path):
     assert all(abs(m["optim/kl_sample_train_v1"]) < 1e-3 for m in metrics)
     assert any(c.get("sampler_path", "").startswith("tinker://") for c in _checkpoints(log_path))
     _client_jobs_succeed(backend, 2)
+
+
+@pytest.mark.slow
+def test_the_cookbooks_rl_loop_raises_the_reward_of_its_environment(backend, tmp_path):
+    rewards = [m["env/all/reward/total"] for m in _metrics(_run(backend, tmp_path, "reward"))]
+    assert len(rewards) == 8, rewards
+    # about 0.35 before any update; about 0.95 at the end in 20 runs measured. Learning by chance (last two steps
+    # >= 0.75 with the first step's policy) has a probability near 1e-11; a wrong loss sign drives it to 0, and
+    # updates or sampler weights that never take effect keep it near 0.35
+    last = sum(rewards[-2:]) / 2
+    assert last >= 0.75 and last - rewards[0] >= 0.2, rewards
 
 
 @pytest.mark.slow
