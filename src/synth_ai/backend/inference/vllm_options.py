@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +18,7 @@ from synth_ai.backend.server_settings import (  # noqa: F401 - vllm_installed is
     VLLM_GPU_INSTALL_COMMAND,
     vllm_installed,
 )
+from synth_ai.errors import InvalidInputError
 
 DEFAULT_GPU_MEMORY = 0.45
 # On a CPU vLLM would otherwise reserve gpu_memory_utilization of the machine's RAM for its KV cache
@@ -37,6 +39,18 @@ class VllmOptions:
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY
     limit_mm_per_prompt: dict[str, int] | None = None
     kv_cache_memory_bytes: int | None = None  # None: DEFAULT_CPU_KV_CACHE_BYTES on a CPU, the fraction on a GPU
+
+
+ENGINE_ENV = "SYNTH_AI_ROLLOUT_ENGINE"  # which engine samples for RL and Tinker (trainers/rl/engine_choice.py)
+ENGINES = ("auto", "builtin", "vllm")
+
+
+def requested_engine(requested: str | None = None) -> str:
+    wanted = (requested if requested is not None else os.environ.get(ENGINE_ENV, "auto")).strip().lower() or "auto"
+    if wanted not in ENGINES:
+        raise InvalidInputError(f"{ENGINE_ENV}={wanted!r} is not a rollout engine.",
+                                hint=f"Use one of: {', '.join(ENGINES)}.")
+    return wanted
 
 
 def fixed_kv_cache_bytes(on_gpu: bool) -> int:

@@ -183,7 +183,7 @@ def _require_room(backend: Backend, kind: str) -> None:
 def _require_memory(backend: Backend, base_model: str, lora: dict[str, Any]) -> int | None:
     """The new client's estimated memory (stored with its job), refused when it cannot fit (`tinker_memory`)."""
     from synth_ai.backend.executors.placement import local_gpu_count
-    from synth_ai.backend.trainers.rl.engine_choice import requested_engine
+    from synth_ai.backend.inference.vllm_options import requested_engine
 
     on_gpu = local_gpu_count() > 0
     need = tinker_memory.client_bytes(Path(tokenizer_folder(backend, base_model)), lora["rank"], on_gpu=on_gpu,

@@ -28,20 +28,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from synth_ai.backend.inference.rollout_engine import RolloutEngine
-from synth_ai.backend.inference.vllm_options import (  # noqa: F401 - llm_kwargs re-exported
+from synth_ai.backend.inference.vllm_options import (  # noqa: F401 - llm_kwargs, requested_engine re-exported
     DEFAULT_GPU_MEMORY,
+    ENGINE_ENV,
+    ENGINES,
     VLLM_INSTALL_HINT,
     VllmOptions,
     cpu_refusal,
     llm_kwargs,
+    requested_engine,
     vllm_installed,
 )
 from synth_ai.backend.trainers.runtime import sampling_dtype  # noqa: F401 - also re-exported
 from synth_ai.config.job_specs import RLJobSpec
 from synth_ai.errors import InvalidInputError, SynthError, UnavailableError
 
-ENGINE_ENV = "SYNTH_AI_ROLLOUT_ENGINE"
-ENGINES = ("auto", "builtin", "vllm")
 TRANSFER_ENV = "SYNTH_AI_WEIGHT_TRANSFER"  # the split topology's weight transfer: files, gloo or nccl
 
 
@@ -72,14 +73,6 @@ def vllm_options(spec: RLJobSpec | Mapping[str, Any]) -> VllmOptions | None:
                        max_model_len=positive("max_model_len", None), gpu_memory_utilization=float(memory),
                        limit_mm_per_prompt=dict(limits) if limits else None,
                        kv_cache_memory_bytes=positive("kv_cache_memory_bytes", None))
-
-
-def requested_engine(requested: str | None = None) -> str:
-    wanted = (requested if requested is not None else os.environ.get(ENGINE_ENV, "auto")).strip().lower() or "auto"
-    if wanted not in ENGINES:
-        raise InvalidInputError(f"{ENGINE_ENV}={wanted!r} is not a rollout engine.",
-                                hint=f"Use one of: {', '.join(ENGINES)}.")
-    return wanted
 
 
 def choose_engine(options: VllmOptions | None, *, installed: bool, requested: str | None = None,

@@ -34,7 +34,7 @@ from synth_ai.backend.store.tinker_checkpoints import TRAINABLE_FILE
 from synth_ai.backend.store.tinker_queue import Request, TinkerQueue, sampler_id_of
 from synth_ai.backend.trainers.tinker.adapter_slots import AdapterSlots
 from synth_ai.backend.trainers.tinker.client_model import ClientModel
-from synth_ai.backend.trainers.rl.engine_choice import requested_engine
+from synth_ai.backend.inference.vllm_options import requested_engine
 from synth_ai.backend.trainers.tinker.sampling import BuiltinSampleRunner, TinkerSampler
 from synth_ai.backend.trainers.job_context import JobReporter, ModelLocator, StopCheck
 from synth_ai.config.tinker_settings import read_settings
