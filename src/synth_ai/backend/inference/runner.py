@@ -84,19 +84,22 @@ class BatchRunner:
             generation.generate(job.loaded, [encoded], rows)
         job.result = completion(job, encoded, rows)
 
-    @staticmethod
-    def _answer(ended: list[LiveRow]) -> list[Job]:
+    def _answer(self, ended: list[LiveRow]) -> list[Job]:
         done = []
         for live in ended:
             job = live.owner
             job.rows_left -= 1
             if job.rows_left == 0:
                 try:
-                    job.result = completion(job, job.encoded, job.sampled)
+                    job.result = self.result(job)
                 except Exception as exc:  # noqa: BLE001 - this caller's error, not the batch's
                     job.error = exc
                 done.append(job)
         return done
+
+    def result(self, job: Job) -> Any:
+        """A finished job's answer from its sampled rows (a subclass may answer in another shape)."""
+        return completion(job, job.encoded, job.sampled)
 
 
 def row_uniforms(row: generation.Row) -> Any:

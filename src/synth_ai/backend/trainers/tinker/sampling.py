@@ -30,7 +30,7 @@ from synth_ai.backend.inference import generation
 from synth_ai.backend.inference.batching import Batcher, Job
 from synth_ai.backend.inference.decoding import LiveRow, RunningBatch
 from synth_ai.backend.inference.engine import LoadedModel
-from synth_ai.backend.inference.runner import row_uniforms
+from synth_ai.backend.inference.runner import BatchRunner, row_uniforms
 from synth_ai.config.tinker_settings import DEFAULT_MAX_TOKENS
 from synth_ai.errors import InvalidInputError
 
@@ -96,13 +96,15 @@ class TinkerSampler:
         return frozenset(ids), texts
 
 
-class BuiltinSampleRunner:
-    """`batching.Runner` for token prompts on the built-in engine: rows go into a `RunningBatch` as they are, and a finished request gets
-    its sequences (tokens, log-probs, stop reason) instead of a chat completion."""
+class BuiltinSampleRunner(BatchRunner):
+    """`batching.Runner` for token prompts on the built-in engine: rows go into a `RunningBatch` as they are, each
+    forward with its batch's sampler weights held (`hold`, under the model lock), and a finished request gets its
+    sequences (tokens, log-probs, stop reason) instead of a chat completion."""
 
     def __init__(self, lock: threading.Lock, hold: Callable[[str], None],
                  prompt_logprobs: Callable[[list[int]], list[float | None]]) -> None:
-        self.lock, self.hold, self.score = lock, hold, prompt_logprobs
+        super().__init__(lock)
+        self.hold, self.score = hold, prompt_logprobs
 
     def admit(self, batch: RunningBatch | None, jobs: list[Job]) -> tuple[RunningBatch, list[Job]]:
         lives, prompts = [], []
@@ -127,9 +129,6 @@ class BuiltinSampleRunner:
             ended = batch.step()
         return self._answer(ended)
 
-    def abandon(self, batch: RunningBatch) -> list[Job]:
-        return list({id(live.owner): live.owner for live in batch.fail_all()}.values())
-
     def run_alone(self, job: Job) -> None:
         assert isinstance(job, SampleJob)
         with self.lock:
@@ -139,16 +138,9 @@ class BuiltinSampleRunner:
         while not done:
             done = self.step(batch)
 
-    @staticmethod
-    def _answer(ended: list[LiveRow]) -> list[Job]:
-        done = []
-        for live in ended:
-            job = live.owner
-            job.rows_left -= 1
-            if job.rows_left == 0:
-                job.result = [_sequence(job, row) for row in job.sampled]
-                done.append(job)
-        return done
+    def result(self, job: Job) -> list[dict[str, Any]]:
+        assert isinstance(job, SampleJob)
+        return [_sequence(job, row) for row in job.sampled]
 
 
 def _sequence(job: SampleJob, row: generation.Row) -> dict[str, Any]:
