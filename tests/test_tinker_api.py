@@ -210,6 +210,16 @@ def test_a_training_client_trains_samples_saves_and_resumes(backend, tmp_path):
     listed = {m["id"] for m in api.get("/learning/models").json()["data"]}
     assert {j["fine_tuned_model"] for j in jobs} <= listed
     _loads_in_peft(backend, min(jobs, key=lambda j: j["created_at"])["fine_tuned_model"])
+    # each named checkpoint is a model of the store under its tinker:// path: exported, served, loaded in peft
+    assert {seen["path"], seen["sampler_path"]} <= listed
+    exported = api.post("/exports", json={"model": seen["path"], "merge": False}, timeout=120)
+    assert exported.status_code == 200, exported.text
+    assert any(f["path"] == "adapter_model.safetensors" for f in exported.json()["files"])
+    answer = api.post("/inference/v1/chat/completions", timeout=120, json={
+        "model": seen["sampler_path"], "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model"] == seen["sampler_path"]
+    _loads_in_peft(backend, seen["sampler_path"])
     first = min(jobs, key=lambda j: j["created_at"])  # the client that trained 4 steps
     kinds = [e["type"] for e in events(api, first["id"])]
     assert "tinker.client.ready" in kinds and "tinker.client.stopped" in kinds

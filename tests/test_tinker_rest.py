@@ -113,6 +113,10 @@ def test_the_rest_client_lists_runs_and_checkpoints_and_deletes_them(backend, tm
     root = _checkpoints_root(backend)
     assert (root / "weights" / "b").is_dir()
     assert not (root / "weights" / "a").exists() and not (root / "sampler_weights" / "s").exists()
+    # and no longer models of the store (the one left still is)
+    models = {m["id"] for m in backend.client().get("/learning/models").json()["data"]}
+    assert f"tinker://{run}/weights/b" in models
+    assert not {f"tinker://{run}/weights/a", f"tinker://{run}/sampler_weights/s"} & models
     for gone in ("delete_again", "load_deleted", "sample_deleted", "info_deleted"):
         assert seen[gone].startswith("NotFoundError") and "it was never saved, or it was deleted" in seen[gone], gone
     assert seen["delete_malformed"].startswith("BadRequestError") and "'a' is not a checkpoint id" in seen[

@@ -15,7 +15,8 @@ def add_transfer_commands(group: typer.Typer) -> None:
     @group.command("export")
     def export_model(
         ctx: typer.Context,
-        model_id: str = typer.Argument(..., help="ft:/rl: model, or a base model of the backend's registry."),
+        model_id: str = typer.Argument(..., help="ft:/rl: model, a Tinker checkpoint (tinker://...), or a base model of "
+                                      "the backend's registry."),
         out_dir: Path = typer.Option(..., "--out", help="Folder to write (new or empty; see --force)."),
         merge: bool = typer.Option(False, "--merge", help="LoRA models: write the adapter merged into its base (a "
                                    "full model) instead of a PEFT adapter folder."),

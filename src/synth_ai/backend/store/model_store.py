@@ -32,7 +32,8 @@ from synth_ai.errors import InvalidInputError, NotFoundError
 from synth_ai.fsutil import atomic_write_text, publish_folder
 from synth_ai.models.registry import FINE_TUNED_PREFIXES as REGISTRY_PREFIXES
 
-FINE_TUNED_PREFIXES = tuple(f"{prefix}:" for prefix in REGISTRY_PREFIXES)  # imported: too (`model_import.py`)
+# imported: too (`model_import.py`); tinker://: a Tinker training client's checkpoints (`trainers/tinker/serve.py`)
+FINE_TUNED_PREFIXES = (*(f"{prefix}:" for prefix in REGISTRY_PREFIXES), "tinker://")
 _INDEX = "index.json"
 
 
@@ -236,6 +237,15 @@ class ModelStore:
             index[model_id] = entry
             self.root.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+    def unregister(self, model_id: str) -> bool:
+        """Forget a registered model (its files are the caller's); False when it was not registered."""
+        with self._lock("index"):
+            index = self._read_index()
+            if index.pop(model_id, None) is None:
+                return False
+            atomic_write_text(self.index_path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+        return True
 
     def _read_index(self) -> dict[str, dict[str, Any]]:
         try:

@@ -143,23 +143,31 @@ def wrap_lora(model: Any, settings: Any, vision: bool) -> Any:
 
 def save_final(model: Any, tokenizer: Any, base_path: Path, final_dir: Path, settings: Any, model_id: str,
                 summary: dict[str, Any]) -> None:
+    from synth_ai.fsutil import publish_folder
+
+    with publish_folder(final_dir) as staging:
+        write_model_files(model, tokenizer, base_path, staging, settings, model_id, summary)
+
+
+def write_model_files(model: Any, tokenizer: Any, base_path: Path, folder: Path, settings: Any, model_id: str,
+                      summary: dict[str, Any]) -> None:
+    """A fine-tuned model's files into `folder` (which the caller publishes): the weights (LoRA: the adapter only),
+    the tokenizer, the base's generation and chat-template files, and the model card."""
     import json
     import shutil
 
     from synth_ai.backend.ml.loading import MODEL_CARD
-    from synth_ai.fsutil import publish_folder
 
-    with publish_folder(final_dir) as staging:
-        model.save_pretrained(str(staging))  # LoRA: adapter files only; full: the whole model
-        tokenizer.save_pretrained(str(staging))
-        for extra in ("preprocessor_config.json", "generation_config.json", "chat_template.jinja"):
-            source = Path(base_path) / extra
-            if source.exists() and not (staging / extra).exists():
-                shutil.copy2(source, staging / extra)
-        card = {"kind": "fine_tuned", "model_id": model_id, "base_model": settings.base_model,
-                "job_id": settings.job_id, "training_kind": settings.mode, **summary,
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        (staging / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+    model.save_pretrained(str(folder))  # LoRA: adapter files only; full: the whole model
+    tokenizer.save_pretrained(str(folder))
+    for extra in ("preprocessor_config.json", "generation_config.json", "chat_template.jinja"):
+        source = Path(base_path) / extra
+        if source.exists() and not (folder / extra).exists():
+            shutil.copy2(source, folder / extra)
+    card = {"kind": "fine_tuned", "model_id": model_id, "base_model": settings.base_model,
+            "job_id": settings.job_id, "training_kind": settings.mode, **summary,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (folder / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
 
 
 def load_policy(model_store: Any, model_id: str, where: Any, *, keep_adapter: bool = False

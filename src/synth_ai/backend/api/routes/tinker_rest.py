@@ -109,7 +109,9 @@ def set_checkpoint_ttl(request: Request, run_id: str, kind: str, name: str, payl
 
 @router.delete(_CHECKPOINT, status_code=204)
 def delete_checkpoint(request: Request, run_id: str, kind: str, name: str) -> Response:
-    _, saved = saved_checkpoint(get_backend(request), run_id, kind, name)
+    backend = get_backend(request)
+    _, saved = saved_checkpoint(backend, run_id, kind, name)
+    backend.model_store.unregister(f"tinker://{run_id}/{saved.checkpoint_id}")  # no longer a model of the store
     tinker_checkpoints.delete(saved)
     return Response(status_code=204)
 

@@ -114,8 +114,9 @@ class ClientModel:
                                             f"this client's {tuple(p.shape)}: another LoRA rank or base model.")
                 p.copy_(weights[name].to(p.device, p.dtype))
 
-    def save_state(self, folder: Path) -> None:
-        torch.save(self.snapshot(), folder / TRAINABLE_FILE)
+    def save_state(self, folder: Path, model_id: str) -> None:
+        """A `save_state` checkpoint: the model folder of `save_adapter` plus the Adam state and step count."""
+        self.save_adapter(folder, model_id)
         torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, folder / OPTIMIZER_FILE)
 
     def load_state(self, folder: Path, *, optimizer: bool) -> None:
@@ -130,18 +131,20 @@ class ClientModel:
     def save_final(self, folder: Path, model_id: str, summary: dict[str, Any]) -> None:
         """The job's fine-tuned model, written as the SFT and RL trainers write theirs (adapter, tokenizer, chat
         template, model card)."""
-        from transformers import AutoTokenizer
-
         from synth_ai.backend.trainers.common import save_final
 
-        tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_path))
-        save_final(self.model, tokenizer, self.base_path, folder, self.settings, model_id, summary)
+        save_final(self.model, self._tokenizer(), self.base_path, folder, self.settings, model_id, summary)
 
-    def save_adapter(self, folder: Path) -> None:
-        """A PEFT adapter folder (what `models export` and vLLM load) with the tokenizer beside it."""
-        from transformers import AutoTokenizer
+    def save_adapter(self, folder: Path, model_id: str) -> None:
+        """The adapter as a fine-tuned model's folder (what `models export`, the inference endpoint and vLLM load)
+        with its tensors beside it for `load_state` and the samplers (`trainable.pt`)."""
+        from synth_ai.backend.trainers.common import write_model_files
 
-        self.model.save_pretrained(str(folder))
-        AutoTokenizer.from_pretrained(str(self.tokenizer_path)).save_pretrained(str(folder))
+        summary = {"steps": self.steps, "source": "tinker", "tinker_model_id": self.settings.model_id}
+        write_model_files(self.model, self._tokenizer(), self.base_path, folder, self.settings, model_id, summary)
         torch.save(self.snapshot(), folder / TRAINABLE_FILE)
 
+    def _tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(self.tokenizer_path))

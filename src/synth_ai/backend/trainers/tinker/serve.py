@@ -13,8 +13,9 @@ It ends when the session is closed (`ServiceClient.close()`), when no heartbeat 
 adapter as it stands is saved and registered as the job's fine-tuned model (`ft:<base>:<job id>`: `models export`,
 `eval` and the inference endpoint take it), and requests still pending are failed with the reason.
 
-Checkpoints live in the job's work folder: `tinker/weights/<name>/` (adapter and optimizer, for `load_state`) and
-`tinker/sampler_weights/<name>/` (a PEFT adapter folder); a `tinker://<model id>/<kind>/<name>` path names one.
+Checkpoints live in the job's work folder: `tinker/weights/<name>/` (`save_state`: the adapter and the Adam state)
+and `tinker/sampler_weights/<name>/` (`save_weights_for_sampler`), each a fine-tuned model's folder (a PEFT adapter,
+tokenizer, model card) registered in the model store under its `tinker://<model id>/<kind>/<name>` path.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def run(spec: JobSpec, *, workdir: Path, model_store: ModelLocator, reporter: Jo
             queue.fail(create.id, f"The training client could not be created: {exc}",
                        "user" if isinstance(exc, SynthError) else "server")
         raise
-    server = _ClientServer(client, queue, settings, workdir, reporter, backend)
+    server = _ClientServer(client, queue, settings, workdir, reporter, backend, model_store)
     if create is not None and create.op == "create_from_state":  # create_training_client_from_state
         server._answer(create)
     elif create is not None:
@@ -88,8 +89,9 @@ def run(spec: JobSpec, *, workdir: Path, model_store: ModelLocator, reporter: Jo
 
 class _ClientServer:
     def __init__(self, client: Any, queue: TinkerQueue, settings: Any, workdir: Path, reporter: JobReporter,
-                 backend: BackendSettings) -> None:
+                 backend: BackendSettings, models: ModelLocator) -> None:
         self.client, self.queue, self.settings, self.reporter = client, queue, settings, reporter
+        self.models = models
         self.root = Path(workdir) / "tinker"
         self.backend = backend
         self.lock = threading.Lock()  # the model: one training call or one sampling forward at a time
@@ -171,8 +173,7 @@ class _ClientServer:
             self.reporter.metric("tinker.loss", client.steps, result.pop("loss"))
             return result
         if op == "save_weights":
-            checkpoints.write(self.root, "weights", body["name"], client.save_state)
-            return {"path": self._path("weights", body["name"]), "type": "save_weights"}
+            return {"path": self._checkpoint("weights", body["name"], client.save_state), "type": "save_weights"}
         if op in ("load_weights", "create_from_state"):
             client.load_state(self._owner_folder(body["owner"], "weights", body["name"]), optimizer=body["optimizer"])
             return {"path": body["path"], "type": "load_weights"}
@@ -187,14 +188,22 @@ class _ClientServer:
             name = f"ephemeral-{int(body['sampling_session_seq_id'])}"
             self.slots.add(name, self.client.snapshot())
             if self.vllm:  # vLLM takes adapters from folders only
-                self.client.save_adapter(self._folder(IN_MEMORY, name))
+                self.client.save_adapter(self._folder(IN_MEMORY, name), name)
             self.queue.add_sampler(sampler_id, self.settings.model_id, name)
             return {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
-        checkpoints.write(self.root, "sampler_weights", name, self.client.save_adapter)
+        path = self._checkpoint("sampler_weights", name, self.client.save_adapter)
         self.slots.add(name, self.client.snapshot())
         self.reporter.event("tinker.sampler_weights.saved", f"Sampler weights '{name}' saved.",
-                            {"path": self._path("sampler_weights", name), "steps": self.client.steps})
-        return {"path": self._path("sampler_weights", name), "type": "save_weights_for_sampler"}
+                            {"path": path, "steps": self.client.steps})
+        return {"path": path, "type": "save_weights_for_sampler"}
+
+    def _checkpoint(self, kind: str, name: str, save: Any) -> str:
+        """Write checkpoint `<kind>/<name>` whole (`save(folder, model id)`) and register it in the model store
+        under its tinker:// path, which `models export`, eval and the inference endpoint then take."""
+        path = self._path(kind, name)
+        folder = checkpoints.write(self.root, kind, name, lambda staging: save(staging, path))
+        self.models.register_fine_tuned(path, self.settings.base_model, self.settings.job_id, folder)
+        return path
 
     def _sampler_file(self, name: str) -> Path | None:
         path = self.root / "sampler_weights" / name / TRAINABLE_FILE
