@@ -370,7 +370,8 @@ def test_app_id_option_is_the_docs_spelling_of_the_argument():
     assert unknown.exit_code == 8 and "no-such-app" in unknown.stderr
 
 
-@pytest.mark.parametrize("model", ["ft:head64-qwen3:job-x", "rl:my-local-base:rljob-y", "imported:my-adapter"])
+@pytest.mark.parametrize("model", ["ft:head64-qwen3:job-x", "rl:my-local-base:rljob-y", "imported:my-adapter",
+                                   "tinker://sess_1:train:0/weights/step-10"])
 def test_a_trained_models_id_is_the_backends_to_check_not_the_registrys(isolated_home: Path, model: str) -> None:
     """A fine-tuned or imported id may continue a model no registry lists (one the embedded backend built or
     imported): eval leaves it to the backend, as train does, while a base id's typo still stops at the config."""

@@ -109,8 +109,8 @@ def names_model_endpoint(cfg: dict[str, Any]) -> bool:
 def _check_model(findings: Findings, cfg: dict[str, Any], root: KeyPath) -> ModelInfo | None:
     """The registry entry of the model. A model a Synth backend serves must be one it has: the rule and message
     `train` applies (a typo stops here, with the closest ids, before any rollout). A model at the config's own
-    `inference_url` may be anything that server knows, and a fine-tuned or imported id (`ft:`, `rl:`, `imported:`)
-    one the backend holds: it may continue a model no registry lists (one built or imported there), so the backend
+    `inference_url` may be anything that server knows, and a fine-tuned or imported id (`ft:`, `rl:`, `imported:`,
+    a Tinker checkpoint's `tinker://` path) one the backend holds: it may continue a model no registry lists (one built or imported there), so the backend
     decides, as it does for `train`."""
     model = cfg.get("model")
     if not isinstance(model, str) or not model.strip():
@@ -124,8 +124,9 @@ def _check_model(findings: Findings, cfg: dict[str, Any], root: KeyPath) -> Mode
 
 
 def _names_a_trained_model(model: str) -> bool:
+    """A fine-tuned or imported id, or a Tinker training client's checkpoint (`tinker://...`, docs/tinker.md)."""
     head, sep, _ = model.strip().partition(":")
-    return bool(sep) and head.lower() in FINE_TUNED_PREFIXES
+    return bool(sep) and (head.lower() in FINE_TUNED_PREFIXES or model.strip().lower().startswith("tinker://"))
 
 
 def _check_judges(findings: Findings, cfg: dict[str, Any], root: KeyPath) -> None:
