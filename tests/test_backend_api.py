@@ -410,9 +410,13 @@ def test_an_unexpected_error_never_echoes_a_key(tmp_path):
     assert "could not use" in response.text and key not in response.text
 
 
+def _rl_job_ids(api) -> list[str]:
+    return [j["id"] for j in api.get("/rl/jobs").json()["data"]]
+
+
 def test_rl_create_refuses_a_judge_whose_provider_key_the_backend_lacks(api, backend):
     """Refused at create (before any task-app probe or job), naming the variable, not ten minutes into the run."""
-    before = api.get("/rl/jobs").json()["data"]
+    before = _rl_job_ids(api)  # ids only: another test's job may move from queued to running meanwhile
     config = {"algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"},
               "judge": {"options": {"provider": "gemini", "model": "gemini-2.5-flash"}}}
     body = {"job_type": "rl", "data": {"endpoint_base_url": "http://127.0.0.1:9", "base_model": "Qwen/Qwen3-4B",
@@ -426,7 +430,7 @@ def test_rl_create_refuses_a_judge_whose_provider_key_the_backend_lacks(api, bac
     bad = api.post("/rl/jobs", json=body)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_judge"
     assert "provider must be one of openai, groq, gemini" in bad.json()["detail"]
-    assert api.get("/rl/jobs").json()["data"] == before
+    assert _rl_job_ids(api) == before  # nothing was created
     training = {"step_rewards_enabled": True, "step_rewards_mode": "dense"}
     wrong_mode = api.post("/rl/jobs", json={**body, "data": {**body["data"], "config": {**config, "judge": None,
                                                                                           "training": training}}})
