@@ -132,6 +132,12 @@ def check_datum(datum: dict[str, Any], loss_fn: str, where: str) -> None:
                                     (f" or target_tokens' shape {target_shape}." if wide else "."))
 
 
+def tinker_path(model_id: str, kind: str, name: str) -> str:
+    """The `tinker://` path of training client `model_id`'s checkpoint `<kind>/<name>` (what `parse_tinker_path`
+    reads back)."""
+    return f"tinker://{model_id}/{kind}/{name}"
+
+
 def parse_tinker_path(path: Any) -> tuple[str, str, str]:
     """`tinker://<training client>/<weights|sampler_weights>/<name>` -> its three parts."""
     text = path if isinstance(path, str) else ""

@@ -31,6 +31,7 @@ from synth_ai.config.tinker_settings import (
     check_loss,
     lora_settings,
     parse_tinker_path,
+    tinker_path,
 )
 from synth_ai.errors import InvalidInputError, NotFoundError
 
@@ -251,7 +252,7 @@ def saved_checkpoint(backend: Backend, owner: str, kind: str,
     except InvalidInputError as exc:
         raise _bad(exc) from None
     if found is None:
-        raise ApiError(404, "not_found", f"No checkpoint 'tinker://{owner}/{kind}/{name}' on this backend: it was "
+        raise ApiError(404, "not_found", f"No checkpoint '{tinker_path(owner, kind, name)}' on this backend: it was "
                                          "never saved, or it was deleted.",
                        hint=f"RestClient.list_checkpoints('{owner}') lists the checkpoints that training client "
                             "saved; save_state and save_weights_for_sampler return their paths.")

@@ -20,7 +20,7 @@ from synth_ai.backend.api.routes.tinker_api import _bad, _body, _model, queue_of
 from synth_ai.backend.api.state import get_backend
 from synth_ai.backend.http_errors import ApiError
 from synth_ai.backend.store.tinker_queue import DONE, FAILED, sampler_id_of
-from synth_ai.config.tinker_settings import check_sampling_params, parse_tinker_path
+from synth_ai.config.tinker_settings import check_sampling_params, parse_tinker_path, tinker_path
 from synth_ai.errors import InvalidInputError
 
 router = APIRouter(tags=["tinker"])
@@ -59,7 +59,7 @@ def get_sampler(request: Request, sampler_id: str) -> dict[str, Any]:
     if row is None:
         raise ApiError(404, "not_found", f"Sampling client '{sampler_id}' is not known to this backend.")
     model = _model(backend, row["model_id"])
-    path = f"tinker://{row['model_id']}/sampler_weights/{row['weights']}" if row["weights"] else None
+    path = tinker_path(row["model_id"], "sampler_weights", row["weights"]) if row["weights"] else None
     return {"sampler_id": sampler_id, "base_model": model["base_model"], "model_path": path}
 
 

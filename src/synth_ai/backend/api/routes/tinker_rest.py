@@ -21,7 +21,7 @@ from synth_ai.backend.http_errors import ApiError
 from synth_ai.backend.store import tinker_checkpoints
 from synth_ai.backend.store.db import MAX_INTEGER, loads
 from synth_ai.backend.store.tinker_checkpoints import CHECKPOINT_TYPES, SavedCheckpoint
-from synth_ai.config.tinker_settings import parse_tinker_path
+from synth_ai.config.tinker_settings import parse_tinker_path, tinker_path
 from synth_ai.errors import InvalidInputError
 
 router = APIRouter(tags=["tinker"])
@@ -111,7 +111,7 @@ def set_checkpoint_ttl(request: Request, run_id: str, kind: str, name: str, payl
 def delete_checkpoint(request: Request, run_id: str, kind: str, name: str) -> Response:
     backend = get_backend(request)
     _, saved = saved_checkpoint(backend, run_id, kind, name)
-    backend.model_store.unregister(f"tinker://{run_id}/{saved.checkpoint_id}")  # no longer a model of the store
+    backend.model_store.unregister(tinker_path(run_id, kind, name))  # no longer a model of the store
     tinker_checkpoints.delete(saved)
     return Response(status_code=204)
 
@@ -144,7 +144,7 @@ def _saved(backend: Backend, row: Any) -> list[SavedCheckpoint]:
 
 def _checkpoint(run_id: str, saved: SavedCheckpoint) -> dict[str, Any]:
     return {"checkpoint_id": saved.checkpoint_id, "checkpoint_type": CHECKPOINT_TYPES[saved.kind],
-            "time": saved.time, "tinker_path": f"tinker://{run_id}/{saved.checkpoint_id}",
+            "time": saved.time, "tinker_path": tinker_path(run_id, saved.kind, saved.name),
             "size_bytes": saved.size_bytes, "public": False, "expires_at": None}
 
 

@@ -26,7 +26,7 @@ KEEP = 8
 class AdapterSlots:
     def __init__(self, client: Any, locate: Callable[[str], Path | None], spill_dir: Path) -> None:
         self.client = client
-        self.locate = locate  # a named snapshot's file on disk, if it has one
+        self.locate = locate  # a named snapshot's file on disk, None when it has none
         self.spill_dir = spill_dir
         self.held: str | None = None  # None: the training weights
         self._training: dict[str, Any] | None = None  # set aside while a snapshot is held
@@ -62,9 +62,8 @@ class AdapterSlots:
             return self._snapshots[name]
         import torch
 
-        path = self.locate(name)
         spilled = self.spill_dir / f"{name}.pt"
-        source = path if path is not None and path.exists() else spilled if spilled.exists() else None
+        source = self.locate(name) or (spilled if spilled.exists() else None)
         if source is None:
             raise NotFoundError(f"No sampler weights named '{name}' on this training client.")
         weights = torch.load(source, map_location="cpu")

@@ -32,6 +32,7 @@ class ClientModel:
                                        full_mode_merges_adapter=True)
         self.model = with_lora(policy, settings, runtime)
         self.tokenizer_path = policy.tokenizer_path
+        self.tokenizer = loading.load_tokenizer(policy.tokenizer_path)  # once: every checkpoint writes it out
         self.base_path = runtime.base_path
         self.device = runtime.where.device
         self.decoder, self.lm_head = loading.core_parts(self.model)
@@ -133,7 +134,7 @@ class ClientModel:
         template, model card)."""
         from synth_ai.backend.trainers.common import save_final
 
-        save_final(self.model, self._tokenizer(), self.base_path, folder, self.settings, model_id, summary)
+        save_final(self.model, self.tokenizer, self.base_path, folder, self.settings, model_id, summary)
 
     def save_adapter(self, folder: Path, model_id: str) -> None:
         """The adapter as a fine-tuned model's folder (what `models export`, the inference endpoint and vLLM load)
@@ -141,10 +142,5 @@ class ClientModel:
         from synth_ai.backend.trainers.common import write_model_files
 
         summary = {"steps": self.steps, "source": "tinker", "tinker_model_id": self.settings.model_id}
-        write_model_files(self.model, self._tokenizer(), self.base_path, folder, self.settings, model_id, summary)
+        write_model_files(self.model, self.tokenizer, self.base_path, folder, self.settings, model_id, summary)
         torch.save(self.snapshot(), folder / TRAINABLE_FILE)
-
-    def _tokenizer(self) -> Any:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(self.tokenizer_path))

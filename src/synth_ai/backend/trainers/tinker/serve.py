@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from synth_ai.backend.inference.vllm_options import requested_engine
 from synth_ai.backend.server_settings import BackendSettings
 from synth_ai.backend.store.db import Database
 from synth_ai.backend.store import tinker_checkpoints as checkpoints
@@ -35,10 +36,9 @@ from synth_ai.backend.store.tinker_checkpoints import TRAINABLE_FILE
 from synth_ai.backend.store.tinker_queue import Request, TinkerQueue, sampler_id_of
 from synth_ai.backend.trainers.tinker.adapter_slots import AdapterSlots
 from synth_ai.backend.trainers.tinker.client_model import ClientModel
-from synth_ai.backend.inference.vllm_options import requested_engine
 from synth_ai.backend.trainers.tinker.sampling import BuiltinSampleRunner, TinkerSampler
 from synth_ai.backend.trainers.job_context import JobReporter, ModelLocator, StopCheck
-from synth_ai.config.tinker_settings import read_settings
+from synth_ai.config.tinker_settings import read_settings, tinker_path
 from synth_ai.config.job_specs import JobSpec
 from synth_ai.errors import NotFoundError, SynthError
 
@@ -210,7 +210,7 @@ class _ClientServer:
         return path if path.exists() else None
 
     def _path(self, kind: str, name: str, owner: str | None = None) -> str:
-        return f"tinker://{owner or self.settings.model_id}/{kind}/{name}"
+        return tinker_path(owner or self.settings.model_id, kind, name)
 
     def _folder(self, kind: str, name: str) -> Path:
         folder = self.root / kind / name
@@ -234,10 +234,7 @@ class _ClientServer:
 
 def _loaded(client: ClientModel) -> Any:
     """The client's model as the inference engine describes a servable one (end-of-turn ids, tokenizer)."""
-    from transformers import AutoTokenizer
-
     from synth_ai.backend.inference.engine import describe_model
 
-    tokenizer = AutoTokenizer.from_pretrained(str(client.tokenizer_path))
-    return describe_model(client.settings.model_id, Path(client.tokenizer_path), client.model, tokenizer,
+    return describe_model(client.settings.model_id, Path(client.tokenizer_path), client.model, client.tokenizer,
                           vision=False, device=str(client.device))

